@@ -16,6 +16,9 @@ BENCH_ARGS ?=
 
 .PHONY: help bootstrap demo test lint format-check typecheck pytest bench format clean
 
+# Without tests/, pytest would search the whole checkout; say what is wrong instead.
+need_tests = @test -d tests || { echo "make: no tests/ directory: nothing for pytest to run" >&2; exit 1; }
+
 help:
 	@echo "make demo     set up, then run the dead-letter-heavy demo (msgcask demo)"
 	@echo "make test     set up, then ruff check, ruff format --check, mypy, pytest"
@@ -34,6 +37,7 @@ test: bootstrap
 	$(BIN)/ruff check $(CODE)
 	$(BIN)/ruff format --check $(CODE)
 	$(BIN)/mypy src
+	$(need_tests)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: bootstrap
@@ -46,6 +50,7 @@ typecheck: bootstrap
 	$(BIN)/mypy src
 
 pytest: bootstrap
+	$(need_tests)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 bench: bootstrap
