@@ -1,0 +1,64 @@
+"""The background compaction schedule: an APScheduler job, and nothing else.
+
+One job runs ``Store._compact_in_background`` every ``compaction_interval``
+seconds; ``max_instances=1`` and ``coalesce=True`` keep passes from piling up
+when one takes longer than the interval. ``pause``/``resume`` hold the job
+without forgetting it; ``shutdown`` waits for a running pass to finish.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from msgcask.db import Store
+
+log = logging.getLogger("msgcask")
+
+
+class CompactionScheduler:
+    def __init__(self, store: Store):
+        self._store = store
+        self._scheduler = None
+        self.paused = False
+
+    def start(self) -> None:
+        interval = self._store.options.compaction_interval
+        if interval is None:
+            return
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        scheduler = BackgroundScheduler(daemon=True)
+        scheduler.add_job(
+            self._run,
+            "interval",
+            seconds=interval,
+            id="compaction",
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+        )
+        scheduler.start()
+        self._scheduler = scheduler
+
+    def _run(self) -> None:
+        try:
+            self._store._compact_in_background()
+        except Exception:
+            log.exception("msgcask: background compaction pass failed")
+
+    def pause(self) -> None:
+        self.paused = True
+        if self._scheduler is not None:
+            self._scheduler.pause_job("compaction")
+
+    def resume(self) -> None:
+        self.paused = False
+        if self._scheduler is not None:
+            self._scheduler.resume_job("compaction")
+
+    def shutdown(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=True)
+            self._scheduler = None

@@ -1,0 +1,780 @@
+"""The Store: the facade that ties the journal, the index and the compactor together.
+
+Threading model: one re-entrant lock guards the journal head, the index's write
+transaction and the in-memory delivery state. Every public operation takes it
+for a few microseconds; fsyncs (group commit) and compaction copies happen
+outside it. ``get`` waits on a per-queue condition of that lock, so blocked
+consumers cost nothing while they wait.
+
+Write path, for every operation: encode the record(s), append them to the
+journal (the OS has them once ``append`` returns, so they survive a process
+crash), apply them to the index's open transaction, and, with
+``sync="always"``, wait for a group fsync before returning. The index is
+committed every ``sync_interval`` with the journal position it reflects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from msgcask import validate
+from msgcask.errors import (
+    ClosedError,
+    Empty,
+    MessageTooLargeError,
+    NotAStoreError,
+)
+from msgcask.index import keys
+from msgcask.index.accounting import FileAccount
+from msgcask.index.catalog import Catalog
+from msgcask.index.env import IndexEnv, boot_id
+from msgcask.index.keys import STATE_ACKED, Live
+from msgcask.message import Message
+from msgcask.options import Options
+from msgcask.stats import CompactionStats, FileStats, StoreStats
+from msgcask.store import codec
+from msgcask.store import format as fmt
+from msgcask.store.filenames import (
+    INDEX_DIR,
+    LOCK_FILE,
+    data_file_name,
+    parse_data_file_name,
+)
+from msgcask.store.fs import DataFile, FileSystem
+from msgcask.store.lockfile import StoreLock
+from msgcask.store.recovery import (
+    CorruptionReport,
+    OpenedFiles,
+    Recovery,
+    RecoveryReport,
+    open_data_files,
+)
+from msgcask.store.writer import Journal, Position
+
+log = logging.getLogger("msgcask")
+
+Selector = Callable[[dict[str, str]], bool]
+# Foreground work between forced index commits: bounds the open transaction.
+_MAX_CHANGES_PER_COMMIT = 50_000
+_PURGE_CHUNK = 10_000
+
+
+@dataclass
+class _QueueRuntime:
+    """Per-queue state that lives only while the store is open."""
+
+    name: str
+    name_bytes: bytes
+    qid: int
+    cond: threading.Condition
+    max_deliveries: int | None = None
+    dead_letter_queue: str | None = None
+    # Order key before which every message is delivered (or gone): get() starts
+    # there instead of skipping over the in-flight window each time.
+    cursor: bytes | None = None
+    # The same per selector object: messages a selector rejected stay rejected.
+    selector_cursors: weakref.WeakKeyDictionary[Any, bytes] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+
+    def rewind(self, key: bytes) -> None:
+        """A message at ``key`` became available: no cursor may be past it."""
+        if self.cursor is not None and key < self.cursor:
+            self.cursor = key
+        for sel, cur in list(self.selector_cursors.items()):
+            if key < cur:
+                self.selector_cursors[sel] = key
+
+
+@dataclass(slots=True)
+class _PendingPut:
+    queue: str
+    body: bytes
+    headers: dict[str, str] | None
+    priority: int
+    msg_id: int = 0  # reserved by a transaction; 0 = assign when written
+
+
+def _check_store_path(path: str) -> None:
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotAStoreError(f"{path} is a file, not a store directory")
+    if os.path.isdir(path):
+        entries = os.listdir(path)
+        looks_like_store = any(
+            e in (LOCK_FILE, INDEX_DIR) or parse_data_file_name(e) is not None for e in entries
+        )
+        if entries and not looks_like_store:
+            raise NotAStoreError(
+                f"{path} is a non-empty directory that is not a msgcask store; "
+                "use an empty or new directory"
+            )
+
+
+class Store:
+    """An open msgcask store. See ``msgcask.open`` for the parameters."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_file_size: int = 32 * 2**20,
+        sync: str = "periodic",
+        sync_interval: float = 0.1,
+        compaction_threshold: float = 0.5,
+        compaction_interval: float | None = 10.0,
+        max_store_size: int | None = None,
+        compaction_budget: int = 64 * 2**20,
+        _fs: FileSystem | None = None,
+    ):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        self.options = Options(
+            max_file_size=max_file_size,
+            sync=sync,
+            sync_interval=sync_interval,
+            compaction_threshold=compaction_threshold,
+            compaction_interval=compaction_interval,
+            max_store_size=max_store_size,
+            compaction_budget=compaction_budget,
+        )
+        self.path = os.fspath(path)
+        _check_store_path(self.path)
+        os.makedirs(self.path, exist_ok=True)
+        self._fs = _fs or FileSystem()
+        self._closed = True
+        self._lock_file = StoreLock(os.path.join(self.path, LOCK_FILE))
+        try:
+            self._open()
+        except BaseException:
+            self._lock_file.release()
+            raise
+        self._closed = False
+        self._start_background()
+
+    # -- opening and closing -------------------------------------------------------
+
+    def _open(self) -> None:
+        files: OpenedFiles = open_data_files(self._fs, self.path)
+        try:
+            recovery = Recovery(self._fs, self.path, files)
+            env, catalog = recovery.run()
+        except BaseException:
+            for handle in files.handles.values():
+                handle.close()
+            raise
+        self.recovery: RecoveryReport = recovery.report
+        self._env: IndexEnv = env
+        self._catalog: Catalog = catalog
+        self._acct = catalog.acct
+        self._handles: dict[int, DataFile] = files.handles
+        self._corruptions: list[CorruptionReport] = list(recovery.report.corruptions)
+        self._lock = threading.RLock()
+        self._queues: dict[str, _QueueRuntime] = {}
+        self._inflight: dict[int, _QueueRuntime] = {}
+        self._next_id = max(recovery.max_msg_id + 1, env.get_u64(keys.META_NEXT_ID, 1))
+        highest_file = max(files.handles, default=0)
+        self._next_file_id = max(highest_file + 1, env.get_u64(keys.META_NEXT_FILE, 1))
+        self._bytes_put = 0
+        self._compaction_totals = CompactionStats()
+        journal_ids = [f for f, h in files.headers.items() if h.kind == fmt.KIND_JOURNAL]
+        if journal_ids:
+            head_id = max(journal_ids)
+        else:
+            head_id = self._allocate_file_id()
+            self._create_journal_file(head_id)
+        self._journal = Journal(
+            self._fs,
+            self.path,
+            head_id,
+            self._handles[head_id],
+            max_file_size=self.options.max_file_size,
+            fsync_enabled=self.options.sync != "never",
+            new_file_id=self._allocate_file_id,
+            id_floor=lambda: self._next_id,
+            on_new_file=self._register_journal_file,
+        )
+        self._env.put_u64(keys.META_CLEAN, 0)
+        self._env.put_meta(keys.META_BOOT, boot_id())
+        self._commit_index()
+
+    def _create_journal_file(self, file_id: int) -> None:
+        path = os.path.join(self.path, data_file_name(file_id))
+        handle = self._fs.create(path)
+        handle.append(codec.encode_file_header(fmt.KIND_JOURNAL, file_id, self._next_id))
+        handle.fsync()
+        self._fs.fsync_dir(self.path)
+        self._register_journal_file(file_id, handle)
+
+    def _register_journal_file(self, file_id: int, handle: DataFile) -> None:
+        self._handles[file_id] = handle
+        self._acct.add(
+            FileAccount(file_id, fmt.KIND_JOURNAL, size=handle.size, created=time.time())
+        )
+
+    def _allocate_file_id(self) -> int:
+        file_id = self._next_file_id
+        self._next_file_id += 1
+        return file_id
+
+    def _start_background(self) -> None:
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, name="msgcask-flush", daemon=True)
+        self._flusher.start()
+        from msgcask.compactor.scheduler import CompactionScheduler
+
+        self._scheduler = CompactionScheduler(self)
+        self._scheduler.start()
+
+    def close(self) -> None:
+        """Stop background work, sync, commit the index and release the lock.
+
+        Messages delivered but not acked come back, redelivered, on the next
+        open. Calling close twice is harmless.
+        """
+        if self._closed:
+            return
+        self._scheduler.shutdown()
+        self._stop.set()
+        self._flusher.join()
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self.options.sync != "never":
+                    self._journal.sync()
+                self._env.put_u64(keys.META_CLEAN, 1)
+                self._commit_index()
+                self._env.sync()
+            finally:
+                self._closed = True
+                for queue in self._queues.values():
+                    queue.cond.notify_all()
+                self._env.close()
+                for handle in self._handles.values():
+                    handle.close()
+                self._lock_file.release()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<msgcask.Store {self.path!r} {state}>"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"the store at {self.path} is closed; open it again to use it")
+
+    # -- background flushing -------------------------------------------------------
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.options.sync_interval):
+            try:
+                self.sync()
+            except ClosedError:
+                return
+            except Exception:  # keep flushing; the next foreground write will raise
+                log.exception("msgcask: background sync failed")
+
+    def sync(self) -> None:
+        """fsync the journal (unless sync="never") and commit the index."""
+        self._check_open()
+        if self.options.sync != "never":
+            self._journal.sync()
+        with self._lock:
+            self._check_open()
+            self._commit_index()
+
+    def _commit_index(self) -> None:
+        """Commit the index with the journal position it now reflects."""
+        env = self._env
+        self._acct.flush(
+            lambda k, v: env.txn.put(k, v, db=env.files),
+            lambda k: env.txn.delete(k, db=env.files),
+        )
+        self._catalog.flush_counts()
+        env.put_u64(keys.META_NEXT_ID, self._next_id)
+        env.put_u64(keys.META_NEXT_FILE, self._next_file_id)
+        env.put_meta(keys.META_CHECKPOINT, keys.CHECKPOINT.pack(*self._journal.position))
+        env.commit()
+
+    # -- writing -------------------------------------------------------------------
+
+    def _append(self, data: bytes) -> Position:
+        file_id, offset = self._journal.append(data)
+        self._acct[file_id].size += len(data)
+        if self._env.changes > _MAX_CHANGES_PER_COMMIT:
+            self._commit_index()
+        return file_id, offset
+
+    def _wait_durable(self, pos: Position) -> None:
+        if self.options.sync == "always":
+            self._journal.sync_to(pos)
+
+    def _reserve_id(self) -> int:
+        with self._lock:
+            self._check_open()
+            msg_id = self._next_id
+            self._next_id += 1
+            return msg_id
+
+    def _check_record_size(self, size: int) -> None:
+        limit = self.options.max_file_size - fmt.FILE_HEADER_SIZE
+        if size > limit:
+            raise MessageTooLargeError(
+                f"a record of {size} bytes does not fit in a data file ({limit} bytes after "
+                "the header); raise max_file_size or send smaller messages/batches"
+            )
+
+    def _make_room(self, size: int) -> None:
+        """Hook for space pressure; the compactor replaces it (see compactor/)."""
+
+    # -- queues ----------------------------------------------------------------------
+
+    def queue(
+        self,
+        name: str,
+        max_deliveries: int | None = None,
+        dead_letter_queue: str | None = None,
+    ) -> Queue:
+        """Return the queue ``name``, creating it if needed.
+
+        ``max_deliveries``: after that many deliveries a nacked message moves to
+        ``dead_letter_queue`` (default ``"DLQ.<name>"``). Settings given here
+        apply to this open store; they are not stored on disk.
+        """
+        validate.queue_name(name)
+        max_deliveries = validate.optional_positive_int("max_deliveries", max_deliveries)
+        if dead_letter_queue is not None:
+            validate.queue_name(dead_letter_queue)
+            if dead_letter_queue == name:
+                raise ValueError("a queue cannot be its own dead-letter queue")
+        with self._lock:
+            self._check_open()
+            rt = self._runtime(name)
+            if max_deliveries is not None:
+                rt.max_deliveries = max_deliveries
+                rt.dead_letter_queue = dead_letter_queue or f"DLQ.{name}"
+            elif dead_letter_queue is not None:
+                rt.dead_letter_queue = dead_letter_queue
+        from msgcask.queue import Queue
+
+        return Queue(self, name)
+
+    def _runtime(self, name: str) -> _QueueRuntime:
+        rt = self._queues.get(name)
+        if rt is None:
+            qid = self._catalog.queue_id(name)
+            rt = _QueueRuntime(name, name.encode(), qid, threading.Condition(self._lock))
+            self._queues[name] = rt
+        return rt
+
+    def queues(self) -> list[str]:
+        """Names of the queues in the store, sorted."""
+        with self._lock:
+            self._check_open()
+            return sorted(self._catalog.queue_ids)
+
+    def delete_queue(self, name: str) -> int:
+        """Delete queue ``name`` and every message in it (delivered or not).
+
+        Returns how many messages were removed. Raises ValueError for an
+        unknown queue.
+        """
+        validate.queue_name(name)
+        with self._lock:
+            self._check_open()
+            if name not in self._catalog.queue_ids:
+                raise ValueError(f"no queue named {name!r}; store.queues() lists them")
+            rt = self._runtime(name)
+            removed = self._remove_messages(rt, include_delivered=True)
+            self._catalog.drop_queue(name)
+            del self._queues[name]
+            rt.cond.notify_all()
+            pos = self._journal.position
+        self._wait_durable(pos)
+        return removed
+
+    def _remove_messages(self, rt: _QueueRuntime, *, include_delivered: bool) -> int:
+        """Ack every message of ``rt`` (optionally sparing delivered ones)."""
+        removed = 0
+        while True:
+            chunk = []
+            for key in self._catalog.queue_order(rt.qid):
+                msg_id = keys.order_key_id(key)
+                if msg_id in self._inflight and not include_delivered:
+                    continue
+                chunk.append(msg_id)
+                if len(chunk) >= _PURGE_CHUNK:
+                    break
+            if not chunk:
+                return removed
+            file_id, _ = self._append(b"".join(codec.encode_ack(m) for m in chunk))
+            for msg_id in chunk:
+                self._catalog.ack(msg_id, file_id)
+                self._inflight.pop(msg_id, None)
+            removed += len(chunk)
+            if not include_delivered and len(chunk) < _PURGE_CHUNK:
+                return removed
+
+    # -- queue operations (called by Queue) ------------------------------------------
+
+    def _put(self, name: str, body: bytes, headers: dict[str, str] | None, priority: int) -> int:
+        hbytes = codec.encode_headers(headers)
+        with self._lock:
+            self._check_open()
+            rt = self._runtime(name)
+            size = codec.put_record_size(rt.name_bytes, hbytes, len(body))
+            self._check_record_size(size)
+            if self.options.max_store_size is not None:
+                self._make_room(size)
+            msg_id = self._next_id
+            record = codec.encode_put(msg_id, rt.name_bytes, priority, 0, hbytes, body)
+            file_id, offset = self._append(record)
+            self._next_id = msg_id + 1
+            self._catalog.add(msg_id, rt.qid, priority, file_id, offset, size, 0, fresh=True)
+            self._bytes_put += size
+            rt.rewind(keys.order_key(rt.qid, priority, msg_id))
+            rt.cond.notify()
+            pos = self._journal.position
+        self._wait_durable(pos)
+        return msg_id
+
+    def _write_batch(self, puts: list[_PendingPut], acks: list[int]) -> list[int]:
+        """Write puts and acks as one all-or-nothing batch; return the new ids."""
+        encoded = [(p, codec.encode_headers(p.headers)) for p in puts]
+        with self._lock:
+            self._check_open()
+            seen: set[int] = set()
+            for msg_id in acks:
+                if msg_id not in self._inflight or msg_id in seen:
+                    raise ValueError(
+                        f"message {msg_id} is not delivered and unacked (or is acked twice "
+                        "in this transaction); only messages returned by get() can be acked"
+                    )
+                seen.add(msg_id)
+            runtimes = [self._runtime(p.queue) for p, _ in encoded]
+            records: list[bytes] = []
+            ids: list[int] = []
+            next_id = self._next_id
+            for (p, hbytes), rt in zip(encoded, runtimes, strict=True):
+                msg_id = p.msg_id
+                if not msg_id:
+                    msg_id, next_id = next_id, next_id + 1
+                records.append(
+                    codec.encode_put(msg_id, rt.name_bytes, p.priority, 0, hbytes, p.body)
+                )
+                ids.append(msg_id)
+            records += [codec.encode_ack(m) for m in acks]
+            length = sum(len(r) for r in records)
+            header = codec.encode_batch_header(len(records), length)
+            self._check_record_size(len(header) + length)
+            put_bytes = sum(len(r) for r in records[: len(puts)])
+            if self.options.max_store_size is not None:
+                self._make_room(len(header) + length)
+            file_id, offset = self._append(header + b"".join(records))
+            self._next_id = next_id
+            offset += len(header)
+            for i, record in enumerate(records):
+                if i < len(puts):
+                    p, rt = puts[i], runtimes[i]
+                    self._catalog.add(
+                        ids[i], rt.qid, p.priority, file_id, offset, len(record), 0, fresh=True
+                    )
+                    rt.rewind(keys.order_key(rt.qid, p.priority, ids[i]))
+                    rt.cond.notify()
+                else:
+                    msg_id = acks[i - len(puts)]
+                    self._catalog.ack(msg_id, file_id)
+                    del self._inflight[msg_id]
+                offset += len(record)
+            self._bytes_put += put_bytes
+            pos = self._journal.position
+        self._wait_durable(pos)
+        return ids
+
+    def _get(
+        self, name: str, block: bool, timeout: float | None, selector: Selector | None
+    ) -> Message:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while True:
+                self._check_open()
+                rt = self._runtime(name)
+                message = self._deliver_next(rt, selector)
+                if message is not None:
+                    return message
+                if not block:
+                    raise Empty(f"queue {name!r} has no message available")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise Empty(f"no message arrived on queue {name!r} within {timeout} s")
+                rt.cond.wait(remaining)
+
+    def _deliver_next(self, rt: _QueueRuntime, selector: Selector | None) -> Message | None:
+        start = rt.cursor if selector is None else rt.selector_cursors.get(selector)
+        last_key = None
+        for key in self._catalog.queue_order(rt.qid, start):
+            last_key = key
+            msg_id = keys.order_key_id(key)
+            if msg_id in self._inflight:
+                continue
+            entry = self._catalog.lookup(msg_id)
+            if not isinstance(entry, Live):  # pragma: no cover - index invariant
+                continue
+            put = self._read_put(msg_id, entry)
+            if put is None:
+                continue
+            if selector is not None and not selector(put.headers):
+                continue
+            self._set_cursor(rt, selector, key)
+            deliveries = min(entry.deliveries + 1, fmt.MAX_DELIVERIES_COUNTED)
+            file_id, _ = self._append(codec.encode_deliver(msg_id, deliveries))
+            self._catalog.deliver(msg_id, deliveries, file_id, entry)
+            self._inflight[msg_id] = rt
+            return Message(msg_id, rt.name, put.body, put.headers, entry.priority, deliveries)
+        if last_key is not None:
+            self._set_cursor(rt, selector, last_key)
+        return None
+
+    @staticmethod
+    def _set_cursor(rt: _QueueRuntime, selector: Selector | None, key: bytes) -> None:
+        if selector is None:
+            rt.cursor = key
+        else:
+            # A selector that is not weak-referenceable simply gets no cursor.
+            with contextlib.suppress(TypeError):
+                rt.selector_cursors[selector] = key
+
+    def _read_put(self, msg_id: int, entry: Live) -> codec.Put | None:
+        """Read and check a live message's record; quarantine it if damaged."""
+        handle = self._handles[entry.file_id]
+        raw = handle.read(entry.offset, entry.size)
+        problem = ""
+        for item in codec.scan(raw, 0):
+            if isinstance(item, codec.Record) and item.rtype == fmt.TYPE_PUT:
+                put = codec.decode_put(raw, item.payload_start, item.end)
+                if put.msg_id == msg_id:
+                    return put
+                problem = f"record holds message {put.msg_id}, expected {msg_id}"
+            else:
+                problem = getattr(item, "reason", "not a PUT record")
+            break
+        report = CorruptionReport(
+            entry.file_id,
+            handle.path,
+            entry.offset,
+            entry.size,
+            f"message {msg_id}: {problem or 'unreadable record'}",
+            "quarantined",
+        )
+        self._corruptions.append(report)
+        log.error("msgcask: %s", report)
+        self._catalog.quarantine(msg_id, entry)
+        return None
+
+    def _resolve_delivered(self, rt: _QueueRuntime, target: object) -> int:
+        if isinstance(target, Message):
+            msg_id = target.id
+        elif isinstance(target, int) and not isinstance(target, bool):
+            msg_id = target
+        else:
+            raise TypeError(
+                f"expected a Message or a message id (int), got {type(target).__name__}"
+            )
+        if self._inflight.get(msg_id) is not rt:
+            raise ValueError(
+                f"message {msg_id} is not delivered-and-unacked on queue {rt.name!r}; only "
+                "messages returned by get() on this queue can be acked or nacked, once"
+            )
+        return msg_id
+
+    def _ack(self, name: str, target: object) -> None:
+        with self._lock:
+            self._check_open()
+            rt = self._runtime(name)
+            msg_id = self._resolve_delivered(rt, target)
+            file_id, _ = self._append(codec.encode_ack(msg_id))
+            self._catalog.ack(msg_id, file_id)
+            del self._inflight[msg_id]
+            pos = self._journal.position
+        self._wait_durable(pos)
+
+    def _nack(self, name: str, target: object) -> None:
+        with self._lock:
+            self._check_open()
+            rt = self._runtime(name)
+            msg_id = self._resolve_delivered(rt, target)
+            entry = self._catalog.lookup(msg_id)
+            assert isinstance(entry, Live)
+            if rt.max_deliveries is not None and entry.deliveries >= rt.max_deliveries:
+                self._dead_letter(rt, msg_id, entry)
+                return
+            del self._inflight[msg_id]
+            rt.rewind(keys.order_key(rt.qid, entry.priority, msg_id))
+            rt.cond.notify()
+
+    def _dead_letter(self, rt: _QueueRuntime, msg_id: int, entry: Live) -> None:
+        """Move a message to its dead-letter queue: one batch of PUT (new id) + ACK."""
+        put = self._read_put(msg_id, entry)
+        if put is None:  # damaged: quarantined instead
+            del self._inflight[msg_id]
+            return
+        headers = dict(put.headers)
+        headers["x-dead-letter-from"] = rt.name
+        headers["x-original-id"] = str(msg_id)
+        dlq = rt.dead_letter_queue or f"DLQ.{rt.name}"
+        self._write_batch([_PendingPut(dlq, put.body, headers, put.priority)], [msg_id])
+
+    def _browse(self, name: str) -> Iterator[Message]:
+        """Yield the queue's messages in delivery order, a chunk at a time."""
+        start: bytes | None = None
+        while True:
+            chunk: list[Message] = []
+            with self._lock:
+                self._check_open()
+                rt = self._runtime(name)
+                for key in self._catalog.queue_order(rt.qid, start):
+                    if key == start:
+                        continue
+                    start = key
+                    msg_id = keys.order_key_id(key)
+                    entry = self._catalog.lookup(msg_id)
+                    if not isinstance(entry, Live):  # pragma: no cover
+                        continue
+                    put = self._read_put(msg_id, entry)
+                    if put is not None:
+                        chunk.append(
+                            Message(
+                                msg_id,
+                                name,
+                                put.body,
+                                put.headers,
+                                entry.priority,
+                                entry.deliveries,
+                            )
+                        )
+                    if len(chunk) >= 256:
+                        break
+            if not chunk:
+                return
+            yield from chunk
+
+    def _len(self, name: str) -> int:
+        with self._lock:
+            self._check_open()
+            return self._catalog.counts.get(self._runtime(name).qid, 0)
+
+    def _purge(self, name: str) -> int:
+        with self._lock:
+            self._check_open()
+            removed = self._remove_messages(self._runtime(name), include_delivered=False)
+            pos = self._journal.position
+        self._wait_durable(pos)
+        return removed
+
+    # -- transactions ----------------------------------------------------------------
+
+    def transaction(self) -> Transaction:
+        """Return a transaction: ``with store.transaction() as tx: tx.put(...); tx.ack(m)``.
+
+        Nothing is written until the block ends without an exception; then all
+        its puts and acks are written as one all-or-nothing batch.
+        """
+        self._check_open()
+        from msgcask.transaction import Transaction
+
+        return Transaction(self)
+
+    # -- inspection ------------------------------------------------------------------
+
+    def stats(self) -> StoreStats:
+        """Sizes, live data and per-file accounting (see ``StoreStats``)."""
+        with self._lock:
+            self._check_open()
+            head = self._journal.head_id
+            files = [
+                FileStats(
+                    a.file_id,
+                    "compacted" if a.kind == fmt.KIND_COMPACTED else "journal",
+                    a.size,
+                    a.live_bytes,
+                    a.live_messages,
+                    a.needed_marks,
+                    a.file_id == head,
+                )
+                for a in sorted(self._acct.files.values(), key=lambda a: a.file_id)
+                if not a.retired
+            ]
+            data_bytes = sum(f.size for f in files)
+            index_bytes = _dir_bytes(os.path.join(self.path, INDEX_DIR))
+            return StoreStats(
+                disk_bytes=data_bytes + index_bytes,
+                data_bytes=data_bytes,
+                index_bytes=index_bytes,
+                live_bytes=sum(f.live_bytes for f in files),
+                live_messages=sum(self._catalog.counts.values()),
+                data_files=len(files),
+                files=files,
+                bytes_written=self._journal.bytes_written + self._compaction_totals.bytes_copied,
+                bytes_put=self._bytes_put,
+                compaction=self._compaction_totals,
+                corruptions=list(self._corruptions),
+            )
+
+    def _message_state(self, msg_id: int) -> str:
+        """ "live", "delivered", "acked", "quarantined" or "unknown" (for tests and check)."""
+        with self._lock:
+            entry = self._catalog.lookup(msg_id)
+            if entry is None:
+                return "unknown"
+            if entry.state == STATE_ACKED:
+                return "acked"
+            if entry.state == keys.STATE_QUARANTINED:
+                return "quarantined"
+            return "delivered" if msg_id in self._inflight else "live"
+
+
+def _dir_bytes(path: str) -> int:
+    """Bytes a directory's files occupy on disk (allocated blocks, not apparent size)."""
+    total = 0
+    try:
+        for entry in os.scandir(path):
+            if entry.is_file():
+                total += entry.stat().st_blocks * 512
+    except FileNotFoundError:
+        pass
+    return total
+
+
+def open(path: str | os.PathLike[str], **options: Any) -> Store:
+    """Open (or create) the store at ``path``; see docs/tuning.md for the options.
+
+    >>> import tempfile, msgcask
+    >>> with msgcask.open(tempfile.mkdtemp()) as store:
+    ...     q = store.queue("orders")
+    ...     _ = q.put(b"hello")
+    ...     m = q.get(timeout=1)
+    ...     q.ack(m)
+    ...     m.body
+    b'hello'
+    """
+    return Store(path, **options)
+
+
+# Imported at the end for the type annotations above; the modules import Store lazily.
+from msgcask.queue import Queue  # noqa: E402
+from msgcask.transaction import Transaction  # noqa: E402
+
+__all__ = ["Queue", "Store", "Transaction", "open"]

@@ -1,0 +1,85 @@
+"""The msgcask exception hierarchy.
+
+Every error says when it is raised and what to do about it. Errors from the
+libraries underneath (LMDB, the OS) are re-raised as one of these ``from`` the
+original, so callers need to catch only ``msgcask.Error``.
+"""
+
+from __future__ import annotations
+
+import queue as _queue
+
+
+class Error(Exception):
+    """Base class of every error msgcask raises on purpose."""
+
+
+class Empty(Error, _queue.Empty):
+    """Raised by ``Queue.get`` when no message is available in time.
+
+    It is also a ``queue.Empty``, so code written for the standard library's
+    queues keeps working.
+    """
+
+
+class ClosedError(Error):
+    """Raised by any call on a store (or one of its queues) after ``close()``.
+
+    Fix: open the store again with ``msgcask.open(path)``.
+    """
+
+
+class StoreLockedError(Error):
+    """Raised when another process (or another open Store in this process)
+    holds the store's lock.
+
+    Only one writer may have a store open. The message names the holder's pid;
+    close that store first, or inspect this one read-only with ``msgcask check``.
+    """
+
+
+class StoreFullError(Error):
+    """Raised by a put when the live data itself would exceed ``max_store_size``.
+
+    Dead data never causes it: the store reclaims space before giving up. The
+    message says how many bytes are live. Fix: consume messages, or raise
+    ``max_store_size``.
+    """
+
+
+class MessageTooLargeError(Error, ValueError):
+    """Raised when one message (or one atomic batch) does not fit in a data file.
+
+    Fix: raise ``max_file_size`` above the record size, or split the batch.
+    """
+
+
+class CorruptionError(Error):
+    """Raised when a record fails its checksum or cannot be parsed.
+
+    ``path`` and ``offset`` name where the damage starts and ``length`` how many
+    bytes are affected. ``msgcask check PATH`` lists every damaged record.
+    """
+
+    def __init__(self, message: str, *, path: str = "", offset: int = -1, length: int = 0):
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+        self.length = length
+
+
+class FormatVersionError(Error):
+    """Raised when the store (a data file or the index) was written by a newer
+    msgcask format version than this library reads.
+
+    Fix: upgrade msgcask; never let an older version write to a newer store.
+    """
+
+
+class NotAStoreError(Error):
+    """Raised when the path is a regular file, or a non-empty directory that does
+    not look like a msgcask store.
+
+    Fix: point ``msgcask.open`` at an empty or missing directory to create a
+    store, or at an existing store's directory.
+    """

@@ -1,0 +1,267 @@
+"""The message catalog: where each message is, in what order, and in what state.
+
+Every change of a message's state goes through one method here, and each keeps
+the per-file accounting in step. The foreground (put/get/ack), journal replay
+and rebuild all call the same methods, so a replayed store ends in exactly the
+state the live one had.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from msgcask.index import keys
+from msgcask.index.accounting import Accounting
+from msgcask.index.env import IndexEnv
+from msgcask.index.keys import STATE_ACKED, STATE_LIVE, STATE_QUARANTINED, Acked, Live
+
+
+class Catalog:
+    def __init__(self, env: IndexEnv, acct: Accounting):
+        self.env = env
+        self.acct = acct
+        self.queue_ids: dict[str, int] = {}
+        # Live messages per queue id, kept in memory and written at each commit,
+        # so len(queue) costs nothing however deep the queue is.
+        self.counts: dict[int, int] = {}
+        self._dirty_counts: set[int] = set()
+        for name, value in env.items(env.queues):
+            qid, count = keys.QUEUE_VALUE.unpack(value)
+            self.queue_ids[name.decode()] = qid
+            self.counts[qid] = count
+
+    # -- queues --------------------------------------------------------------------
+
+    def queue_id(self, name: str) -> int:
+        """Return the id of queue ``name``, creating it if needed."""
+        qid = self.queue_ids.get(name)
+        if qid is None:
+            qid = self.env.get_u64(keys.META_NEXT_QUEUE, default=1)
+            self.env.put_u64(keys.META_NEXT_QUEUE, qid + 1)
+            self.env.txn.put(name.encode(), keys.QUEUE_VALUE.pack(qid, 0), db=self.env.queues)
+            self.queue_ids[name] = qid
+            self.counts[qid] = 0
+        return qid
+
+    def drop_queue(self, name: str) -> None:
+        self.env.txn.delete(name.encode(), db=self.env.queues)
+        qid = self.queue_ids.pop(name)
+        self.counts.pop(qid, None)
+        self._dirty_counts.discard(qid)
+
+    def flush_counts(self) -> None:
+        """Write the changed per-queue counts into the current transaction."""
+        names = {qid: name for name, qid in self.queue_ids.items()}
+        for qid in self._dirty_counts:
+            if qid in names:
+                self.env.txn.put(
+                    names[qid].encode(),
+                    keys.QUEUE_VALUE.pack(qid, self.counts[qid]),
+                    db=self.env.queues,
+                )
+        self._dirty_counts.clear()
+
+    def _count(self, qid: int, delta: int) -> None:
+        self.counts[qid] = self.counts.get(qid, 0) + delta
+        self._dirty_counts.add(qid)
+
+    def queue_order(self, qid: int, start: bytes | None = None) -> Iterator[bytes]:
+        """Yield the order keys of queue ``qid`` in delivery order from ``start``."""
+        prefix = keys.ORDER_PREFIX.pack(qid)
+        with self.env.txn.cursor(db=self.env.order) as cur:
+            if not cur.set_range(start or prefix):
+                return
+            for key in cur.iternext(values=False):
+                if not key.startswith(prefix):
+                    return
+                yield bytes(key)
+
+    # -- lookups -------------------------------------------------------------------
+
+    def lookup(self, msg_id: int) -> Live | Acked | None:
+        value = self.env.txn.get(keys.msg_key(msg_id), db=self.env.msgs)
+        return None if value is None else keys.unpack_msg(value)
+
+    def _store(self, msg_id: int, entry: Live) -> None:
+        self.env.txn.put(keys.msg_key(msg_id), keys.pack_live(entry), db=self.env.msgs)
+
+    # -- transitions ---------------------------------------------------------------
+
+    def add(
+        self,
+        msg_id: int,
+        queue_id: int,
+        priority: int,
+        file_id: int,
+        offset: int,
+        size: int,
+        deliveries: int,
+        *,
+        fresh: bool,
+    ) -> bool:
+        """Record a PUT record. ``fresh`` says the id is new (the foreground);
+        otherwise (replay) an id seen before is left alone. Returns whether the
+        message was added."""
+        txn = self.env.txn
+        mkey = keys.msg_key(msg_id)
+        if not fresh and txn.get(mkey, db=self.env.msgs) is not None:
+            return False
+        txn.put(
+            mkey,
+            keys.pack_live(
+                Live(STATE_LIVE, queue_id, priority, file_id, offset, size, deliveries, 0)
+            ),
+            db=self.env.msgs,
+        )
+        txn.put(keys.order_key(queue_id, priority, msg_id), b"", db=self.env.order)
+        stats = self.acct[file_id]
+        stats.live_bytes += size
+        stats.live_messages += 1
+        self._count(queue_id, 1)
+        self.env.changes += 2
+        return True
+
+    def ack(self, msg_id: int, ack_file: int, entry: Live | None = None) -> Live | None:
+        """Record an ACK record in ``ack_file``; return the live entry it ended,
+        or None if the message was not live (replay of an old or repeated ACK)."""
+        txn = self.env.txn
+        if entry is None:
+            found = self.lookup(msg_id)
+            if found is None or found.state == STATE_ACKED:
+                return None
+            entry = found  # type: ignore[assignment]
+        assert isinstance(entry, Live)
+        if entry.state == STATE_LIVE:
+            txn.delete(keys.order_key(entry.queue_id, entry.priority, msg_id), db=self.env.order)
+            self._count(entry.queue_id, -1)
+        stats = self.acct[entry.file_id]
+        stats.live_bytes -= entry.size
+        stats.live_messages -= 1
+        if entry.deliver_file:
+            self.acct[entry.deliver_file].needed_marks -= 1
+        mkey = keys.msg_key(msg_id)
+        if entry.file_id == ack_file:
+            txn.delete(mkey, db=self.env.msgs)
+        else:
+            # The ACK must outlive the PUT record, wherever it is.
+            txn.put(mkey, keys.pack_acked(entry.file_id, ack_file), db=self.env.msgs)
+            stats.dead_puts += 1
+            self.acct[ack_file].needed_marks += 1
+        self.env.changes += 2
+        return entry
+
+    def deliver(
+        self, msg_id: int, deliveries: int, file_id: int, entry: Live | None = None
+    ) -> Live | None:
+        """Record a DELIVER record in ``file_id`` carrying count ``deliveries``;
+        return the updated entry (None if the message is not live or the record
+        is older than what the index knows)."""
+        if entry is None:
+            found = self.lookup(msg_id)
+            if found is None or found.state == STATE_ACKED:
+                return None
+            entry = found  # type: ignore[assignment]
+        assert isinstance(entry, Live)
+        if deliveries <= entry.deliveries:
+            return None
+        if entry.deliver_file:
+            self.acct[entry.deliver_file].needed_marks -= 1
+        self.acct[file_id].needed_marks += 1
+        entry = entry._replace(deliveries=deliveries, deliver_file=file_id)
+        self._store(msg_id, entry)
+        self.env.changes += 1
+        return entry
+
+    def quarantine(self, msg_id: int, entry: Live) -> None:
+        """Take a message whose record is damaged out of its queue's order.
+
+        Its bytes stay where they are (and keep their file) for inspection;
+        ``msgcask check`` lists it.
+        """
+        self.env.txn.delete(
+            keys.order_key(entry.queue_id, entry.priority, msg_id), db=self.env.order
+        )
+        self._count(entry.queue_id, -1)
+        self._store(msg_id, entry._replace(state=STATE_QUARANTINED))
+
+    # -- compaction ----------------------------------------------------------------
+
+    def relocate(
+        self, msg_id: int, victim: int, file_id: int, offset: int, size: int, deliveries: int
+    ) -> bool:
+        """Point a message copied out of ``victim`` at its copy (compare-and-swap:
+        only if the index still has it in ``victim``). A message acked while its
+        copy was written keeps its ACK, which must now outlive the copy too.
+        Returns True if the copy became the live record."""
+        entry = self.lookup(msg_id)
+        if entry is None:
+            return False
+        if isinstance(entry, Acked):
+            if entry.put_file == victim:
+                self.env.txn.put(
+                    keys.msg_key(msg_id),
+                    keys.pack_acked(file_id, entry.ack_file),
+                    db=self.env.msgs,
+                )
+                self.acct[victim].dead_puts -= 1
+                self.acct[file_id].dead_puts += 1
+            return False
+        if entry.file_id != victim:
+            return False
+        old = self.acct[victim]
+        old.live_bytes -= entry.size
+        old.live_messages -= 1
+        new = self.acct[file_id]
+        new.live_bytes += size
+        new.live_messages += 1
+        deliver_file = entry.deliver_file
+        if deliver_file and entry.deliveries <= deliveries:
+            self.acct[deliver_file].needed_marks -= 1  # the copy carries the count now
+            deliver_file = 0
+        self._store(
+            msg_id,
+            entry._replace(file_id=file_id, offset=offset, size=size, deliver_file=deliver_file),
+        )
+        return True
+
+    def carry_ack(self, msg_id: int, victim: int, file_id: int) -> bool:
+        """Move the needed ACK of ``msg_id`` from ``victim`` to its copy in ``file_id``."""
+        entry = self.lookup(msg_id)
+        if not isinstance(entry, Acked) or entry.ack_file != victim:
+            return False
+        self.env.txn.put(
+            keys.msg_key(msg_id), keys.pack_acked(entry.put_file, file_id), db=self.env.msgs
+        )
+        self.acct[victim].needed_marks -= 1
+        self.acct[file_id].needed_marks += 1
+        return True
+
+    def carry_deliver(self, msg_id: int, deliveries: int, victim: int, file_id: int) -> bool:
+        """Move the needed DELIVER of ``msg_id`` from ``victim`` to its copy."""
+        entry = self.lookup(msg_id)
+        if (
+            not isinstance(entry, Live)
+            or entry.deliver_file != victim
+            or entry.deliveries != deliveries
+        ):
+            return False
+        self._store(msg_id, entry._replace(deliver_file=file_id))
+        self.acct[victim].needed_marks -= 1
+        self.acct[file_id].needed_marks += 1
+        return True
+
+    def release_dead_puts(self, file_id: int, msg_ids: Iterator[int] | list[int]) -> None:
+        """``file_id`` is being deleted: the ACKs that only had to outlive its
+        PUT records of these messages are no longer needed."""
+        for msg_id in msg_ids:
+            entry = self.lookup(msg_id)
+            if isinstance(entry, Acked) and entry.put_file == file_id:
+                self.env.txn.delete(keys.msg_key(msg_id), db=self.env.msgs)
+                self.acct[entry.ack_file].needed_marks -= 1
+                self.acct[file_id].dead_puts -= 1
+
+    def needed_ack(self, msg_id: int, file_id: int) -> Acked | None:
+        entry = self.lookup(msg_id)
+        if isinstance(entry, Acked) and entry.ack_file == file_id:
+            return entry
+        return None

@@ -1,0 +1,139 @@
+"""The LMDB environment of a store's index, and its one write transaction.
+
+The index is opened with ``lock=False``: the store's LOCK file already makes
+this process the only writer, and every index call happens under the store's
+own lock. That lets one long-lived write transaction serve every thread and be
+committed in batches (per ``sync_interval`` and at compaction swaps), which is
+what makes an index update cost about a microsecond instead of a commit.
+
+The index is never the source of truth: the data files are. A commit records
+the journal position it reflects (the checkpoint); after a crash the records
+after it are replayed, and after anything worse the index is rebuilt.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import lmdb
+
+from msgcask.errors import Error, FormatVersionError
+from msgcask.index import keys
+
+INDEX_FORMAT_VERSION = 1
+MAP_SIZE = 2**40  # address space only; the file grows with the pages in use
+_TABLES = (b"meta", b"queues", b"order", b"msgs", b"files")
+
+
+class IndexUnusable(Exception):
+    """The index cannot be trusted or opened; the caller rebuilds it."""
+
+
+def boot_id() -> bytes:
+    """An id of this boot of the machine (empty where the OS has none).
+
+    A store that was not closed cleanly during an earlier boot may have lost
+    unsynced index pages to a power cut, so its index is rebuilt.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            return f.read().strip()
+    except OSError:
+        return b""
+
+
+class IndexEnv:
+    """The open index: tables, the current write transaction, and meta values."""
+
+    def __init__(self, path: str, *, readonly: bool = False):
+        self.path = path
+        self.readonly = readonly
+        try:
+            if not readonly:
+                os.makedirs(path, exist_ok=True)
+            self.env = lmdb.open(
+                path,
+                map_size=MAP_SIZE,
+                max_dbs=len(_TABLES),
+                lock=False,
+                sync=False,
+                metasync=False,
+                readonly=readonly,
+                create=not readonly,
+                readahead=False,
+            )
+            self.meta = self.env.open_db(b"meta", create=not readonly)
+            self.queues = self.env.open_db(b"queues", create=not readonly)
+            self.order = self.env.open_db(b"order", create=not readonly)
+            self.msgs = self.env.open_db(b"msgs", create=not readonly)
+            self.files = self.env.open_db(b"files", create=not readonly)
+        except lmdb.Error as e:
+            raise IndexUnusable(f"cannot open the index at {path}: {e}") from e
+        self.txn = self.env.begin(write=not readonly)
+        self.changes = 0  # index writes since the last commit
+
+    # -- transactions --------------------------------------------------------------
+
+    def commit(self) -> None:
+        """Commit the current transaction and start the next one."""
+        try:
+            self.txn.commit()
+        except lmdb.Error as e:
+            raise Error(f"cannot commit the index at {self.path}: {e}") from e
+        self.txn = self.env.begin(write=True)
+        self.changes = 0
+
+    def sync(self) -> None:
+        """Flush committed index pages to disk (a clean close does this)."""
+        self.env.sync(True)
+
+    def close(self) -> None:
+        if self.txn is not None:
+            self.txn.abort()
+            self.txn = None  # type: ignore[assignment]
+        self.env.close()
+
+    # -- meta ----------------------------------------------------------------------
+
+    def get_meta(self, key: bytes) -> bytes | None:
+        value = self.txn.get(key, db=self.meta)
+        return None if value is None else bytes(value)
+
+    def put_meta(self, key: bytes, value: bytes) -> None:
+        self.txn.put(key, value, db=self.meta)
+
+    def get_u64(self, key: bytes, default: int = 0) -> int:
+        value = self.get_meta(key)
+        return default if value is None else keys.U64.unpack(value)[0]
+
+    def put_u64(self, key: bytes, value: int) -> None:
+        self.put_meta(key, keys.U64.pack(value))
+
+    def check_format(self) -> None:
+        """Raise FormatVersionError if a newer msgcask wrote this index."""
+        version = self.get_u64(keys.META_FORMAT, default=0)
+        if version > INDEX_FORMAT_VERSION:
+            raise FormatVersionError(
+                f"the index at {self.path} has format version {version}; this msgcask "
+                f"reads up to {INDEX_FORMAT_VERSION}. Upgrade msgcask to open this store."
+            )
+        if version == 0:
+            raise IndexUnusable("the index has no format version (new or incomplete)")
+
+    def items(self, db: lmdb._Database) -> Iterator[tuple[bytes, bytes]]:
+        with self.txn.cursor(db=db) as cur:
+            for key, value in cur:
+                yield bytes(key), bytes(value)
+
+    def clear_all(self) -> None:
+        """Empty every table (before a rebuild)."""
+        for db in (self.meta, self.queues, self.order, self.msgs, self.files):
+            self.txn.drop(db, delete=False)
+        self.put_u64(keys.META_FORMAT, INDEX_FORMAT_VERSION)
+
+
+def remove_index(path: str) -> None:
+    """Delete an index directory that cannot be opened, so it can be rebuilt."""
+    shutil.rmtree(path, ignore_errors=True)

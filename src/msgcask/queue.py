@@ -1,0 +1,103 @@
+"""The Queue handle returned by ``Store.queue``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from msgcask import validate
+from msgcask.message import Message
+
+if TYPE_CHECKING:
+    from msgcask.db import Store
+
+
+class Queue:
+    """A named queue of a store. Thread-safe; cheap to create.
+
+    Delivery order is priority first (9 before 0), then first in, first out.
+    """
+
+    __slots__ = ("_store", "name")
+
+    def __init__(self, store: Store, name: str):
+        self._store = store
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<msgcask.Queue {self.name!r}>"
+
+    def put(self, body: bytes, headers: dict[str, str] | None = None, priority: int = 4) -> int:
+        """Store a message and return its id.
+
+        With ``sync="always"`` the message is on disk when this returns; in
+        every mode it survives a crash of this process.
+
+        Raises TypeError/ValueError for bad arguments, MessageTooLargeError if
+        the record does not fit in a data file, StoreFullError if the live data
+        would exceed ``max_store_size``, ClosedError after ``close()``.
+        """
+        return self._store._put(
+            self.name, validate.body(body), validate.headers(headers), validate.priority(priority)
+        )
+
+    def put_many(
+        self,
+        bodies: Iterable[bytes],
+        headers: dict[str, str] | None = None,
+        priority: int = 4,
+    ) -> list[int]:
+        """Store several messages atomically (all or none after a crash); return their ids."""
+        from msgcask.db import _PendingPut
+
+        if isinstance(bodies, (bytes, bytearray, memoryview, str)):
+            raise TypeError("put_many takes an iterable of message bodies, not one body")
+        hdrs = validate.headers(headers)
+        prio = validate.priority(priority)
+        pending = [_PendingPut(self.name, validate.body(b), hdrs, prio) for b in bodies]
+        if not pending:
+            return []
+        return self._store._write_batch(pending, [])
+
+    def get(
+        self,
+        block: bool = True,
+        timeout: float | None = None,
+        selector: Callable[[dict[str, str]], bool] | None = None,
+    ) -> Message:
+        """Deliver the next available message.
+
+        ``selector(headers) -> bool`` skips messages it rejects (pass the same
+        callable each time: the queue remembers where it got to). The message
+        stays invisible to other consumers until ``ack`` or ``nack``.
+
+        Raises ``msgcask.Empty`` (also a ``queue.Empty``) if nothing is
+        available: at once with ``block=False``, else after ``timeout`` seconds.
+        """
+        if not isinstance(block, bool):
+            raise TypeError(f"block must be a bool, got {type(block).__name__}")
+        wait = validate.timeout(timeout)
+        if selector is not None and not callable(selector):
+            raise TypeError("selector must be a callable taking the headers dict, or None")
+        return self._store._get(self.name, block, wait, selector)
+
+    def ack(self, message: Message | int) -> None:
+        """Consume a delivered message for good (ValueError if it is not delivered)."""
+        self._store._ack(self.name, message)
+
+    def nack(self, message: Message | int) -> None:
+        """Give a delivered message back to the queue, or to the dead-letter queue
+        once it has been delivered ``max_deliveries`` times."""
+        self._store._nack(self.name, message)
+
+    def __len__(self) -> int:
+        """Live messages in the queue: available plus delivered-but-unacked."""
+        return self._store._len(self.name)
+
+    def browse(self) -> Iterator[Message]:
+        """Iterate over the queue's messages in delivery order without delivering them."""
+        return self._store._browse(self.name)
+
+    def purge(self) -> int:
+        """Remove every available (not delivered) message; return how many."""
+        return self._store._purge(self.name)

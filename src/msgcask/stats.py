@@ -1,0 +1,96 @@
+"""What ``Store.stats()``, ``Store.compact()`` and ``Store.why_kept()`` return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from msgcask.store.recovery import CorruptionReport
+
+
+@dataclass(frozen=True, slots=True)
+class FileStats:
+    """One data file as the index accounts for it."""
+
+    file_id: int
+    kind: str  # "journal" (foreground writes) or "compacted" (compaction output)
+    size: int
+    live_bytes: int
+    live_messages: int
+    needed_acks: int  # ACK/DELIVER records here that must outlive records elsewhere
+    active: bool  # the journal's write head (never compacted)
+
+    @property
+    def live_ratio(self) -> float:
+        return self.live_bytes / self.size if self.size else 0.0
+
+    @property
+    def kept_by(self) -> str:
+        """Why the file still exists, in words ("" for the write head)."""
+        if self.active:
+            return "write head"
+        parts = []
+        if self.live_messages:
+            parts.append(f"{self.live_messages} live messages")
+        if self.needed_acks:
+            parts.append(f"{self.needed_acks} needed acks")
+        return ", ".join(parts) or "nothing (reclaimable)"
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionStats:
+    """Compaction activity since the store was opened."""
+
+    passes: int = 0
+    files_deleted: int = 0
+    files_rewritten: int = 0
+    bytes_copied: int = 0
+    bytes_reclaimed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    disk_bytes: int  # data files + index
+    data_bytes: int
+    index_bytes: int
+    live_bytes: int  # on-disk bytes of the records of live messages
+    live_messages: int
+    data_files: int
+    files: list[FileStats]
+    bytes_written: int  # appended to data files since open (journal + compaction copies)
+    bytes_put: int  # PUT record bytes written by puts since open
+    compaction: CompactionStats
+    corruptions: list[CorruptionReport] = field(default_factory=list)
+
+    @property
+    def space_amplification(self) -> float:
+        return self.disk_bytes / self.live_bytes if self.live_bytes else float("inf")
+
+    @property
+    def write_amplification(self) -> float:
+        return self.bytes_written / self.bytes_put if self.bytes_put else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    """What one ``Store.compact()`` call (or one background pass) did."""
+
+    files_deleted: int = 0
+    files_rewritten: int = 0
+    bytes_copied: int = 0
+    bytes_reclaimed: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class KeptReport:
+    """Why a data file cannot be deleted yet (``Store.why_kept``)."""
+
+    file_id: int
+    live_messages: list[tuple[str, int]]  # (queue, message id) whose record is here
+    needed_acks: list[tuple[int, int]]  # (message id, file holding its PUT record)
+    needed_deliveries: list[int]  # message ids whose delivery count is recorded here
+    active: bool
+
+    @property
+    def reclaimable(self) -> bool:
+        return not (self.active or self.live_messages or self.needed_acks or self.needed_deliveries)

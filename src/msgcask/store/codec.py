@@ -1,0 +1,316 @@
+"""Encode and decode records and file headers. Pure: no I/O.
+
+A record is ``checksum | payload_length | type | payload`` (store/format.py).
+``scan`` walks a buffer of records, yielding each intact one and a ``Damage``
+for each stretch it cannot parse, so a reader never has to guess where a
+record ends and corruption is always reported with its offset and size.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from xxhash import xxh3_64_intdigest
+
+from msgcask.errors import CorruptionError, FormatVersionError
+from msgcask.store import format as fmt
+
+_LEN_TYPE = struct.Struct("<IB")  # the record header after its checksum
+_CHECKSUM = struct.Struct("<Q")
+_TYPE_OFFSET = fmt.CHECKSUM_SIZE + 4  # where the type byte sits in a record header
+_TYPE_BYTES = tuple(bytes([t]) for t in sorted(fmt.RECORD_TYPES))
+
+Buffer = bytes | bytearray | memoryview
+
+
+def frame(rtype: int, payload: Buffer) -> bytes:
+    """Return a complete record of type ``rtype`` around ``payload``."""
+    rest = _LEN_TYPE.pack(len(payload), rtype) + payload
+    return _CHECKSUM.pack(xxh3_64_intdigest(rest)) + rest
+
+
+def encode_headers(headers: Mapping[str, str] | None) -> bytes:
+    """Encode a str->str mapping; the empty mapping and None encode to b""."""
+    if not headers:
+        return b""
+    parts = [fmt.HEADER_COUNT.pack(len(headers))]
+    for key, value in headers.items():
+        kb = key.encode()
+        vb = value.encode()
+        parts += (fmt.HEADER_KEY_LEN.pack(len(kb)), kb, fmt.HEADER_VALUE_LEN.pack(len(vb)), vb)
+    return b"".join(parts)
+
+
+def decode_headers(data: Buffer) -> dict[str, str]:
+    """Inverse of ``encode_headers``; raises ValueError on malformed input."""
+    if not data:
+        return {}
+    view = memoryview(data)
+    (count,) = fmt.HEADER_COUNT.unpack_from(view, 0)
+    pos = fmt.HEADER_COUNT.size
+    out: dict[str, str] = {}
+    for _ in range(count):
+        (klen,) = fmt.HEADER_KEY_LEN.unpack_from(view, pos)
+        pos += fmt.HEADER_KEY_LEN.size
+        key = bytes(view[pos : pos + klen]).decode()
+        pos += klen
+        (vlen,) = fmt.HEADER_VALUE_LEN.unpack_from(view, pos)
+        pos += fmt.HEADER_VALUE_LEN.size
+        out[key] = bytes(view[pos : pos + vlen]).decode()
+        pos += vlen
+    if pos != len(view):
+        raise ValueError("headers block has trailing bytes")
+    return out
+
+
+def encode_put(
+    msg_id: int,
+    queue: bytes,
+    priority: int,
+    deliveries: int,
+    headers: bytes,
+    body: Buffer,
+) -> bytes:
+    """Return a PUT record. ``queue`` and ``headers`` are already encoded."""
+    payload_len = fmt.PUT_FIXED_SIZE + len(queue) + len(headers) + len(body)
+    rest = b"".join(
+        (
+            _LEN_TYPE.pack(payload_len, fmt.TYPE_PUT),
+            fmt.PUT_FIXED.pack(msg_id, priority, deliveries, len(queue), len(headers)),
+            queue,
+            headers,
+            body,
+        )
+    )
+    return _CHECKSUM.pack(xxh3_64_intdigest(rest)) + rest
+
+
+def put_record_size(queue: bytes, headers: bytes, body_len: int) -> int:
+    """The size of the PUT record ``encode_put`` would return."""
+    return fmt.RECORD_HEADER_SIZE + fmt.PUT_FIXED_SIZE + len(queue) + len(headers) + body_len
+
+
+def encode_ack(msg_id: int) -> bytes:
+    return frame(fmt.TYPE_ACK, fmt.ACK_PAYLOAD.pack(msg_id))
+
+
+def encode_deliver(msg_id: int, deliveries: int) -> bytes:
+    return frame(fmt.TYPE_DELIVER, fmt.DELIVER_PAYLOAD.pack(msg_id, deliveries))
+
+
+def encode_batch_header(count: int, length: int) -> bytes:
+    """A BATCH record announcing that the next ``count`` records (``length``
+    bytes) were written together and count only if all of them are intact."""
+    return frame(fmt.TYPE_BATCH, fmt.BATCH_PAYLOAD.pack(count, length))
+
+
+def encode_manifest(victims: list[int]) -> bytes:
+    body = fmt.MANIFEST_COUNT.pack(len(victims)) + b"".join(
+        fmt.MANIFEST_ENTRY.pack(v) for v in victims
+    )
+    return frame(fmt.TYPE_MANIFEST, body)
+
+
+class PutMeta(NamedTuple):
+    """The fixed fields of a PUT record, without headers and body."""
+
+    msg_id: int
+    priority: int
+    deliveries: int
+    queue: str
+
+
+class Put(NamedTuple):
+    msg_id: int
+    queue: str
+    priority: int
+    deliveries: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def decode_put_meta(buf: Buffer, payload_start: int) -> PutMeta:
+    msg_id, priority, deliveries, qlen, _hlen = fmt.PUT_FIXED.unpack_from(buf, payload_start)
+    qstart = payload_start + fmt.PUT_FIXED_SIZE
+    queue = bytes(buf[qstart : qstart + qlen]).decode()
+    return PutMeta(msg_id, priority, deliveries, queue)
+
+
+def decode_put(buf: Buffer, payload_start: int, payload_end: int) -> Put:
+    msg_id, priority, deliveries, qlen, hlen = fmt.PUT_FIXED.unpack_from(buf, payload_start)
+    qstart = payload_start + fmt.PUT_FIXED_SIZE
+    hstart = qstart + qlen
+    bstart = hstart + hlen
+    if bstart > payload_end:
+        raise ValueError("PUT record fields overrun the payload")
+    queue = bytes(buf[qstart:hstart]).decode()
+    headers = decode_headers(buf[hstart:bstart])
+    return Put(msg_id, queue, priority, deliveries, headers, bytes(buf[bstart:payload_end]))
+
+
+def decode_manifest(buf: Buffer, payload_start: int) -> list[int]:
+    (count,) = fmt.MANIFEST_COUNT.unpack_from(buf, payload_start)
+    first = payload_start + fmt.MANIFEST_COUNT.size
+    size = fmt.MANIFEST_ENTRY.size
+    return [fmt.MANIFEST_ENTRY.unpack_from(buf, first + i * size)[0] for i in range(count)]
+
+
+# -- file header -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FileHeader:
+    version: int
+    kind: int
+    file_id: int
+    id_floor: int  # every message id in this file and after it is >= id_floor
+
+
+def encode_file_header(kind: int, file_id: int, id_floor: int) -> bytes:
+    head = fmt.FILE_HEADER.pack(fmt.MAGIC, fmt.FORMAT_VERSION, kind, 0, file_id, id_floor)
+    return head + fmt.FILE_HEADER_CHECKSUM.pack(xxh3_64_intdigest(head))
+
+
+def decode_file_header(buf: Buffer, path: str) -> FileHeader:
+    """Parse a data file's header. Raises FormatVersionError for a newer
+    version and CorruptionError for anything else that is not a valid header."""
+    if len(buf) < fmt.FILE_HEADER_SIZE:
+        raise CorruptionError(
+            f"{path}: file header is truncated ({len(buf)} of {fmt.FILE_HEADER_SIZE} bytes)",
+            path=path,
+            offset=0,
+            length=len(buf),
+        )
+    magic, version, kind, _reserved, file_id, id_floor = fmt.FILE_HEADER.unpack_from(buf, 0)
+    (checksum,) = fmt.FILE_HEADER_CHECKSUM.unpack_from(buf, fmt.FILE_HEADER.size)
+    if magic != fmt.MAGIC:
+        raise CorruptionError(
+            f"{path}: not a msgcask data file (bad magic)", path=path, offset=0, length=8
+        )
+    if xxh3_64_intdigest(bytes(buf[: fmt.FILE_HEADER.size])) != checksum:
+        raise CorruptionError(
+            f"{path}: file header checksum mismatch",
+            path=path,
+            offset=0,
+            length=fmt.FILE_HEADER_SIZE,
+        )
+    if version > fmt.FORMAT_VERSION:
+        raise FormatVersionError(
+            f"{path} was written by msgcask format version {version}; this msgcask reads "
+            f"up to version {fmt.FORMAT_VERSION}. Upgrade msgcask to open this store."
+        )
+    if kind not in (fmt.KIND_JOURNAL, fmt.KIND_COMPACTED):
+        raise CorruptionError(f"{path}: unknown file kind {kind}", path=path, offset=10, length=1)
+    return FileHeader(version, kind, file_id, id_floor)
+
+
+# -- scanning --------------------------------------------------------------------
+
+
+class Record(NamedTuple):
+    """An intact record found by ``scan``: its type and where its bytes are."""
+
+    offset: int
+    rtype: int
+    payload_start: int
+    end: int  # offset just past the record
+
+    @property
+    def size(self) -> int:
+        return self.end - self.offset
+
+
+class Damage(NamedTuple):
+    """A stretch of a file that holds no intact record.
+
+    ``at_tail`` is true when no intact record follows it: that is what a write
+    torn by a crash looks like, and recovery truncates it.
+    """
+
+    offset: int
+    length: int
+    reason: str
+    at_tail: bool
+
+
+def _check_record(buf: Buffer, pos: int, limit: int) -> tuple[int, int, str]:
+    """Return (type, end, "") for an intact record at ``pos``, else (0, 0, reason)."""
+    if limit - pos < fmt.RECORD_HEADER_SIZE:
+        return 0, 0, "truncated record header"
+    checksum, length, rtype = fmt.RECORD_HEADER.unpack_from(buf, pos)
+    if rtype not in fmt.RECORD_TYPES:
+        return 0, 0, f"unknown record type 0x{rtype:02x}"
+    end = pos + fmt.RECORD_HEADER_SIZE + length
+    if end > limit:
+        return 0, 0, "record runs past the end of the file"
+    if xxh3_64_intdigest(buf[pos + fmt.CHECKSUM_SIZE : end]) != checksum:
+        return 0, 0, "checksum mismatch"
+    return rtype, end, ""
+
+
+def _resync(buf: Buffer, start: int, limit: int) -> int | None:
+    """Return the offset of the next intact record at or after ``start``."""
+    # bytes, bytearray and mmap search in C; a memoryview is copied once.
+    data = buf if hasattr(buf, "find") else bytes(buf)
+    candidates = {}
+    for tb in _TYPE_BYTES:
+        candidates[tb] = data.find(tb, start + _TYPE_OFFSET, limit)
+    while True:
+        live = [(p, tb) for tb, p in candidates.items() if p >= 0]
+        if not live:
+            return None
+        p, tb = min(live)
+        pos = p - _TYPE_OFFSET
+        if _check_record(data, pos, limit)[0]:
+            return pos
+        candidates[tb] = data.find(tb, p + 1, limit)
+
+
+def scan(buf: Buffer, start: int, limit: int | None = None) -> Iterator[Record | Damage]:
+    """Yield every intact record and every damaged stretch in ``buf[start:limit]``.
+
+    Records inside a BATCH are yielded only once the whole batch has been seen
+    intact, so a batch torn at the tail yields nothing but one ``Damage`` that
+    starts at the batch's header. The BATCH record itself is not yielded.
+    """
+    end_of_data = len(buf) if limit is None else limit
+    pos = start
+    while pos < end_of_data:
+        rtype, end, reason = _check_record(buf, pos, end_of_data)
+        if not rtype:
+            nxt = _resync(buf, pos + 1, end_of_data)
+            if nxt is None:
+                yield Damage(pos, end_of_data - pos, reason, True)
+                return
+            yield Damage(pos, nxt - pos, reason, False)
+            pos = nxt
+            continue
+        if rtype != fmt.TYPE_BATCH:
+            yield Record(pos, rtype, pos + fmt.RECORD_HEADER_SIZE, end)
+            pos = end
+            continue
+        count, length = fmt.BATCH_PAYLOAD.unpack_from(buf, pos + fmt.RECORD_HEADER_SIZE)
+        batch_end = end + length
+        members: list[Record] = []
+        sub = end
+        while len(members) < count and sub < min(batch_end, end_of_data):
+            stype, send, _ = _check_record(buf, sub, min(batch_end, end_of_data))
+            if not stype or stype == fmt.TYPE_BATCH:
+                break
+            members.append(Record(sub, stype, sub + fmt.RECORD_HEADER_SIZE, send))
+            sub = send
+        if len(members) == count and sub == batch_end:
+            yield from members
+            pos = batch_end
+            continue
+        # Incomplete batch: torn if nothing intact follows, else mid-file damage.
+        nxt = _resync(buf, max(sub, end), end_of_data) if batch_end <= end_of_data else None
+        if nxt is None:
+            yield Damage(pos, end_of_data - pos, "incomplete batch", True)
+            return
+        yield from members
+        yield Damage(sub, nxt - sub, "damaged record inside a batch", False)
+        pos = nxt

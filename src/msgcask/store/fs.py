@@ -1,0 +1,105 @@
+"""The I/O seam: every byte of every data file goes through this module.
+
+``FileSystem`` and ``DataFile`` are thin wrappers over ``os`` calls. Tests
+substitute subclasses that inject faults (short writes, ENOSPC, bit flips, and
+dropping every byte that was not fsynced, which is what a power cut does).
+
+``crash_point(name)`` marks the places where a crash is most interesting
+(before and after each fsync, swap and delete of a compaction). A process run
+with ``MSGCASK_CRASH_AT=name`` kills itself with SIGKILL on reaching it, so crash
+tests exercise real process death at an exact step.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_crash_at = os.environ.get("MSGCASK_CRASH_AT", "")
+
+
+def set_crash_point(name: str) -> None:
+    """Arm (or with "" disarm) the crash point ``name`` in this process."""
+    global _crash_at
+    _crash_at = name
+
+
+def crash_point(name: str) -> None:
+    """Kill this process with SIGKILL if ``name`` is the armed crash point."""
+    if _crash_at and _crash_at == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class DataFile:
+    """An open data file: appends at the end, reads at any offset.
+
+    ``size`` is the number of bytes written so far (including bytes not yet
+    fsynced). Methods raise OSError as the OS does; callers translate.
+    """
+
+    def __init__(self, path: str, fd: int, size: int):
+        self.path = path
+        self.fd = fd
+        self.size = size
+
+    def append(self, data: bytes) -> int:
+        """Write all of ``data`` at the end; return the offset it starts at."""
+        offset = self.size
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            n = os.pwrite(self.fd, view[written:], offset + written)
+            if n <= 0:  # pragma: no cover - the OS raises instead
+                raise OSError("pwrite wrote nothing")
+            written += n
+        self.size = offset + written
+        return offset
+
+    def read(self, offset: int, size: int) -> bytes:
+        return os.pread(self.fd, size, offset)
+
+    def read_all(self) -> bytes:
+        return self.read(0, self.size)
+
+    def fsync(self) -> None:
+        os.fdatasync(self.fd)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
+        self.size = size
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class FileSystem:
+    """Directory-level operations and the factory of ``DataFile``s."""
+
+    def create(self, path: str) -> DataFile:
+        """Create a new, empty data file; fail if it exists."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        return self._wrap(path, fd, 0)
+
+    def open(self, path: str, *, writable: bool = True) -> DataFile:
+        flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
+        fd = os.open(path, flags)
+        return self._wrap(path, fd, os.fstat(fd).st_size)
+
+    def _wrap(self, path: str, fd: int, size: int) -> DataFile:
+        return DataFile(path, fd, size)
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def fsync_dir(self, path: str) -> None:
+        """Make creations and deletions of directory entries durable."""
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

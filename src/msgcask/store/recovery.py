@@ -1,0 +1,349 @@
+"""Opening a store: make the index agree with the data files.
+
+The data files are the truth; the index is a cache of them that is committed
+now and then together with the journal position it reflects (the checkpoint).
+On open one of three things happens:
+
+- clean / replay: the index is usable, so the journal records after the
+  checkpoint are applied in order (none after a clean close);
+- rebuild: the index is missing, unreadable, from another boot after an
+  unclean close (a power cut may have lost index pages), or inconsistent with
+  the files on disk (for example an older copy), so it is built again from
+  every data file;
+- in both, a torn tail of the last journal file is cut off, damage elsewhere is
+  reported, and files a crashed compaction left behind are removed.
+
+A compacted file starts with a MANIFEST naming the files it replaced. If all of
+them still exist, the compaction never committed (or committed but deleted
+nothing yet) and the copy is redundant; if any is gone, the copy is the real
+home of those messages and the remaining victims are redundant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+from tqdm import tqdm
+
+from msgcask.errors import CorruptionError
+from msgcask.index import keys
+from msgcask.index.accounting import Accounting, FileAccount
+from msgcask.index.catalog import Catalog
+from msgcask.index.env import INDEX_FORMAT_VERSION, IndexEnv, IndexUnusable, boot_id, remove_index
+from msgcask.store import codec
+from msgcask.store import format as fmt
+from msgcask.store.filenames import INDEX_DIR, data_file_name, parse_data_file_name
+from msgcask.store.fs import DataFile, FileSystem
+
+log = logging.getLogger("msgcask")
+
+_PUTS = frozenset({fmt.TYPE_PUT})
+_MARKS = frozenset({fmt.TYPE_ACK, fmt.TYPE_DELIVER})
+_ALL = _PUTS | _MARKS
+
+
+@dataclass(frozen=True, slots=True)
+class CorruptionReport:
+    """One damaged stretch of a data file."""
+
+    file_id: int
+    path: str
+    offset: int
+    length: int
+    reason: str
+    action: str  # "truncated" (a torn tail) or "skipped" (kept on disk, not used)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path}: {self.reason} at offset {self.offset}, {self.length} bytes {self.action}"
+        )
+
+
+@dataclass
+class RecoveryReport:
+    mode: str = "clean"  # "clean", "replay" or "rebuild"
+    reason: str = ""
+    records: int = 0
+    corruptions: list[CorruptionReport] = field(default_factory=list)
+    removed_files: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class OpenedFiles:
+    """Data files found on disk: handles and parsed headers."""
+
+    handles: dict[int, DataFile]
+    headers: dict[int, codec.FileHeader]
+
+
+class NeedsRebuild(Exception):
+    pass
+
+
+def open_data_files(fs: FileSystem, directory: str, *, writable: bool = True) -> OpenedFiles:
+    handles: dict[int, DataFile] = {}
+    headers: dict[int, codec.FileHeader] = {}
+    try:
+        for name in sorted(fs.listdir(directory)):
+            file_id = parse_data_file_name(name)
+            if file_id is None:
+                continue
+            path = os.path.join(directory, name)
+            handle = fs.open(path, writable=writable)
+            handles[file_id] = handle
+            header = codec.decode_file_header(handle.read(0, fmt.FILE_HEADER_SIZE), path)
+            if header.file_id != file_id:
+                raise CorruptionError(
+                    f"{path}: header names file {header.file_id}; the file was renamed or "
+                    "copied from another store. Move it out of the store directory.",
+                    path=path,
+                    offset=12,
+                    length=4,
+                )
+            headers[file_id] = header
+    except BaseException:
+        for handle in handles.values():
+            handle.close()
+        raise
+    return OpenedFiles(handles, headers)
+
+
+class Recovery:
+    """Brings the index in line with the data files (see the module docstring)."""
+
+    def __init__(self, fs: FileSystem, directory: str, files: OpenedFiles):
+        self.fs = fs
+        self.directory = directory
+        self.files = files
+        self.report = RecoveryReport()
+        self.max_msg_id = 0
+
+    # -- entry point ---------------------------------------------------------------
+
+    def run(self) -> tuple[IndexEnv, Catalog]:
+        started = time.monotonic()
+        index_path = os.path.join(self.directory, INDEX_DIR)
+        env: IndexEnv | None = None
+        catalog: Catalog | None = None
+        if os.path.isdir(index_path) and os.listdir(index_path):
+            try:
+                env = IndexEnv(index_path)
+                env.check_format()
+                catalog = self._replay(env)
+            except (IndexUnusable, NeedsRebuild) as e:
+                self.report.reason = str(e)
+                if env is not None:
+                    env.close()
+                env = None
+        else:
+            self.report.reason = "no index"
+        if env is None or catalog is None:
+            remove_index(index_path)
+            env = IndexEnv(index_path)
+            catalog = self._rebuild(env)
+            self.report.mode = "rebuild"
+        self.report.seconds = time.monotonic() - started
+        return env, catalog
+
+    # -- replay from the checkpoint --------------------------------------------------
+
+    def _replay(self, env: IndexEnv) -> Catalog:
+        clean = env.get_u64(keys.META_CLEAN, default=0)
+        if not clean and env.get_meta(keys.META_BOOT) != boot_id():
+            raise NeedsRebuild("the store was not closed cleanly before the last reboot")
+        raw = env.get_meta(keys.META_CHECKPOINT)
+        if raw is None:
+            raise NeedsRebuild("the index has no checkpoint")
+        cp_file, cp_offset = keys.CHECKPOINT.unpack(raw)
+        acct = Accounting.load(list(env.items(env.files)))
+        on_disk = self.files.handles
+        # Finish deletions that a crash interrupted.
+        for file_id in [f for f, s in acct.files.items() if s.retired]:
+            self._remove(file_id)
+            acct.forget(file_id)
+        for file_id in acct.files:
+            if file_id not in on_disk:
+                raise NeedsRebuild(f"data file {data_file_name(file_id)} is missing")
+            if on_disk[file_id].size < acct.files[file_id].size:
+                raise NeedsRebuild(f"data file {data_file_name(file_id)} is shorter than indexed")
+        if cp_file not in on_disk or on_disk[cp_file].size < cp_offset:
+            raise NeedsRebuild("the journal ends before the index's checkpoint")
+        unknown = sorted(set(on_disk) - set(acct.files))
+        to_replay: list[int] = []
+        for file_id in unknown:
+            header = self.files.headers[file_id]
+            if header.kind == fmt.KIND_COMPACTED:
+                if not self._compaction_is_orphan(file_id):
+                    raise NeedsRebuild(f"compacted file {file_id} is not in the index")
+                self._remove(file_id)
+            elif file_id > cp_file:
+                to_replay.append(file_id)
+            else:
+                raise NeedsRebuild(f"journal file {file_id} is older than the checkpoint")
+        catalog = Catalog(env, acct)
+        self.max_msg_id = env.get_u64(keys.META_NEXT_ID, default=1) - 1
+        plan = [(cp_file, cp_offset)] + [(f, fmt.FILE_HEADER_SIZE) for f in to_replay]
+        for file_id in to_replay:
+            acct.add(
+                FileAccount(
+                    file_id, fmt.KIND_JOURNAL, size=on_disk[file_id].size, created=time.time()
+                )
+            )
+        last_journal = plan[-1][0]
+        for file_id, start in plan:
+            self._apply_file(catalog, file_id, start, _ALL, truncate_tail=file_id == last_journal)
+        if self.report.records or to_replay:
+            self.report.mode = "replay"
+        return catalog
+
+    def _compaction_is_orphan(self, file_id: int) -> bool:
+        """True if every victim of this compacted file still exists (so nothing
+        depends on the copy); reads the MANIFEST record that starts the file."""
+        victims = self._manifest(file_id)
+        return victims is None or all(v in self.files.handles for v in victims)
+
+    def _manifest(self, file_id: int) -> list[int] | None:
+        handle = self.files.handles[file_id]
+        head = handle.read(fmt.FILE_HEADER_SIZE, 64 * 1024)
+        for item in codec.scan(head, 0):
+            if isinstance(item, codec.Record) and item.rtype == fmt.TYPE_MANIFEST:
+                return codec.decode_manifest(head, item.payload_start)
+            break
+        return None
+
+    # -- rebuild from every file ------------------------------------------------------
+
+    def _rebuild(self, env: IndexEnv) -> Catalog:
+        log.warning("msgcask: rebuilding the index of %s (%s)", self.directory, self.report.reason)
+        env.clear_all()
+        self._settle_compactions()
+        acct = Accounting()
+        for file_id, header in sorted(self.files.headers.items()):
+            acct.add(
+                FileAccount(
+                    file_id, header.kind, size=self.files.handles[file_id].size, created=time.time()
+                )
+            )
+            self.max_msg_id = max(self.max_msg_id, header.id_floor - 1)
+        catalog = Catalog(env, acct)
+        journal = [f for f, h in self.files.headers.items() if h.kind == fmt.KIND_JOURNAL]
+        last_journal = max(journal) if journal else -1
+        total = 2 * sum(h.size for h in self.files.handles.values())
+        with tqdm(
+            total=total,
+            unit="B",
+            unit_scale=True,
+            delay=1.0,
+            leave=False,
+            desc="msgcask: rebuilding index",
+        ) as bar:
+            # Two passes: copies made by compaction can sit in files newer than the
+            # ACK and DELIVER records that refer to them.
+            for kinds in (_PUTS, _MARKS):
+                for file_id in sorted(self.files.handles):
+                    self._apply_file(
+                        catalog,
+                        file_id,
+                        fmt.FILE_HEADER_SIZE,
+                        kinds,
+                        truncate_tail=file_id == last_journal,
+                        report=kinds is _PUTS,
+                    )
+                    bar.update(self.files.handles[file_id].size)
+        env.put_u64(keys.META_FORMAT, INDEX_FORMAT_VERSION)
+        return catalog
+
+    def _settle_compactions(self) -> None:
+        """Apply the MANIFEST rule to every compacted file, oldest first."""
+        for file_id in sorted(self.files.headers):
+            if file_id not in self.files.handles:
+                continue
+            if self.files.headers[file_id].kind != fmt.KIND_COMPACTED:
+                continue
+            victims = self._manifest(file_id) or []
+            if all(v in self.files.handles for v in victims):
+                self._remove(file_id)
+            else:
+                for victim in victims:
+                    if victim in self.files.handles:
+                        self._remove(victim)
+
+    # -- shared ----------------------------------------------------------------------
+
+    def _apply_file(
+        self,
+        catalog: Catalog,
+        file_id: int,
+        start: int,
+        kinds: frozenset[int],
+        *,
+        truncate_tail: bool,
+        report: bool = True,
+    ) -> None:
+        handle = self.files.handles[file_id]
+        buf = handle.read(0, handle.size)
+        max_id = self.max_msg_id
+        records = 0
+        for item in codec.scan(buf, start):
+            if isinstance(item, codec.Damage):
+                if report:
+                    self._damage(catalog, file_id, item, truncate_tail)
+                continue
+            rtype = item.rtype
+            if rtype not in kinds:
+                continue
+            records += 1
+            ps = item.payload_start
+            if rtype == fmt.TYPE_PUT:
+                meta = codec.decode_put_meta(buf, ps)
+                qid = catalog.queue_id(meta.queue)
+                catalog.add(
+                    meta.msg_id,
+                    qid,
+                    meta.priority,
+                    file_id,
+                    item.offset,
+                    item.size,
+                    meta.deliveries,
+                    fresh=False,
+                )
+                max_id = max(max_id, meta.msg_id)
+            elif rtype == fmt.TYPE_ACK:
+                (msg_id,) = fmt.ACK_PAYLOAD.unpack_from(buf, ps)
+                catalog.ack(msg_id, file_id)
+                max_id = max(max_id, msg_id)
+            elif rtype == fmt.TYPE_DELIVER:
+                msg_id, deliveries = fmt.DELIVER_PAYLOAD.unpack_from(buf, ps)
+                catalog.deliver(msg_id, deliveries, file_id)
+        self.max_msg_id = max_id
+        self.report.records += records
+        catalog.acct[file_id].size = handle.size
+
+    def _damage(self, catalog: Catalog, file_id: int, item: codec.Damage, last: bool) -> None:
+        handle = self.files.handles[file_id]
+        if item.at_tail and last:
+            handle.truncate(item.offset)
+            handle.fsync()
+            action = "truncated"
+        else:
+            action = "skipped"
+        report = CorruptionReport(
+            file_id, handle.path, item.offset, item.length, item.reason, action
+        )
+        self.report.corruptions.append(report)
+        log.warning("msgcask: %s", report)
+
+    def _remove(self, file_id: int) -> None:
+        handle = self.files.handles.pop(file_id, None)
+        self.files.headers.pop(file_id, None)
+        if handle is not None:
+            handle.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.unlink(os.path.join(self.directory, data_file_name(file_id)))
+        self.fs.fsync_dir(self.directory)
+        self.report.removed_files.append(file_id)

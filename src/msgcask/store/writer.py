@@ -1,0 +1,135 @@
+"""The journal's write head: appends records, rolls over to new files, syncs.
+
+Appends happen under the store's lock. Syncing does not need it: ``sync_to``
+implements group commit, where one waiting thread fsyncs on behalf of every
+thread whose records were written before the fsync started, so N threads in
+``sync="always"`` pay for far fewer than N fsyncs.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+from msgcask.errors import Error
+from msgcask.store import codec
+from msgcask.store import format as fmt
+from msgcask.store.filenames import data_file_name
+from msgcask.store.fs import DataFile, FileSystem, crash_point
+
+Position = tuple[int, int]  # (file id, offset just past the last byte written)
+
+
+class Journal:
+    def __init__(
+        self,
+        fs: FileSystem,
+        directory: str,
+        head_id: int,
+        head: DataFile,
+        *,
+        max_file_size: int,
+        fsync_enabled: bool,
+        new_file_id: Callable[[], int],
+        id_floor: Callable[[], int],
+        on_new_file: Callable[[int, DataFile], None],
+    ):
+        self.fs = fs
+        self.directory = directory
+        self.head_id = head_id
+        self.head = head
+        # (file, id) swapped as one object, so a thread syncing without the
+        # store lock never pairs one file's handle with another file's id.
+        self._head_state = (head, head_id)
+        self.max_file_size = max_file_size
+        self.fsync_enabled = fsync_enabled
+        self._new_file_id = new_file_id
+        self._id_floor = id_floor
+        self._on_new_file = on_new_file
+        self.bytes_written = 0
+        self._durable: Position = (head_id, head.size)
+        self._syncing = False
+        self._sync_cond = threading.Condition()
+
+    @property
+    def position(self) -> Position:
+        return (self.head_id, self.head.size)
+
+    def append(self, data: bytes) -> Position:
+        """Append ``data`` (whole records) and return (file id, offset) where it
+        starts. Rolls over to a new file first if it would not fit. On an I/O
+        error the file is cut back to where it was and Error is raised."""
+        if self.head.size + len(data) > self.max_file_size and (
+            self.head.size > fmt.FILE_HEADER_SIZE
+        ):
+            self.roll_over()
+        before = self.head.size
+        try:
+            offset = self.head.append(data)
+        except OSError as e:
+            self._undo(before)
+            raise Error(
+                f"cannot write to {self.head.path}: {e.strerror}. Free disk space, then "
+                "retry; nothing of this call was stored."
+            ) from e
+        self.bytes_written += len(data)
+        return (self.head_id, offset)
+
+    def _undo(self, size: int) -> None:
+        try:
+            self.head.truncate(size)
+        except OSError:
+            # The partial record stays; recovery treats it as a torn tail.
+            self.head.size = size
+
+    def roll_over(self) -> None:
+        """Seal the head (fsync it) and start a new journal file."""
+        if self.fsync_enabled:
+            crash_point("journal.before_seal_fsync")
+            self.head.fsync()
+            self._mark_durable(self.position)
+        file_id = self._new_file_id()
+        path = os.path.join(self.directory, data_file_name(file_id))
+        new = self.fs.create(path)
+        new.append(codec.encode_file_header(fmt.KIND_JOURNAL, file_id, self._id_floor()))
+        if self.fsync_enabled:
+            new.fsync()
+            self.fs.fsync_dir(self.directory)
+        self.head_id, self.head = file_id, new
+        self._head_state = (new, file_id)
+        self._on_new_file(file_id, new)
+
+    # -- durability ----------------------------------------------------------------
+
+    def _mark_durable(self, pos: Position) -> None:
+        with self._sync_cond:
+            if pos > self._durable:
+                self._durable = pos
+            self._sync_cond.notify_all()
+
+    def sync(self) -> None:
+        """fsync everything written so far (callable without the store lock)."""
+        self.sync_to(self.position)
+
+    def sync_to(self, pos: Position) -> None:
+        """Return once every byte up to ``pos`` is on disk (group commit)."""
+        with self._sync_cond:
+            while self._durable < pos:
+                if self._syncing:
+                    self._sync_cond.wait()
+                    continue
+                self._syncing = True
+                # Read the head and its size together: sealed files are synced
+                # by roll_over, so syncing the current head covers the rest.
+                handle, file_id = self._head_state
+                target = (file_id, handle.size)
+                self._sync_cond.release()
+                try:
+                    handle.fsync()
+                finally:
+                    self._sync_cond.acquire()
+                    self._syncing = False
+                if target > self._durable:
+                    self._durable = target
+                self._sync_cond.notify_all()

@@ -1,0 +1,89 @@
+"""All-or-nothing groups of puts and acks (``Store.transaction``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from msgcask import validate
+from msgcask.errors import ClosedError
+from msgcask.message import Message
+
+if TYPE_CHECKING:
+    from msgcask.db import Store, _PendingPut
+
+
+class Transaction:
+    """Collects puts and acks; writes them as one batch when the block ends.
+
+    If the block raises, nothing is written and the exception propagates.
+    ``put`` returns the message's id at once (ids are reserved, and an id of a
+    rolled-back put is simply never used).
+    """
+
+    def __init__(self, store: Store):
+        self._store = store
+        self._puts: list[_PendingPut] = []
+        self._acks: list[int] = []
+        self._done = False
+        self.ids: list[int] = []
+
+    def put(
+        self,
+        queue: str,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        priority: int = 4,
+    ) -> int:
+        """Add a put to the transaction; return the id the message will have."""
+        from msgcask.db import _PendingPut
+
+        self._check_usable()
+        pending = _PendingPut(
+            validate.queue_name(queue),
+            validate.body(body),
+            validate.headers(headers),
+            validate.priority(priority),
+            self._store._reserve_id(),
+        )
+        self._puts.append(pending)
+        return pending.msg_id
+
+    def ack(self, message: Message | int) -> None:
+        self._check_usable()
+        if isinstance(message, Message):
+            self._acks.append(message.id)
+        elif isinstance(message, int) and not isinstance(message, bool):
+            self._acks.append(message)
+        else:
+            raise TypeError(
+                f"expected a Message or a message id (int), got {type(message).__name__}"
+            )
+
+    def commit(self) -> list[int]:
+        """Write everything; return the ids of the messages put."""
+        self._check_usable()
+        self._done = True
+        if self._puts or self._acks:
+            self.ids = self._store._write_batch(self._puts, self._acks)
+        return self.ids
+
+    def rollback(self) -> None:
+        self._done = True
+        self._puts.clear()
+        self._acks.clear()
+
+    def _check_usable(self) -> None:
+        if self._done:
+            raise ValueError("this transaction is already committed or rolled back")
+        if self._store._closed:
+            raise ClosedError("the store is closed")
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            if not self._done:
+                self.commit()
+        else:
+            self.rollback()
