@@ -1,0 +1,442 @@
+"""Every bad call gets a clear error and changes nothing (design brief, guarantee 9).
+
+Each test records the store's observable state (queues, messages in browse order,
+live count, data file sizes) before the bad call and compares it afterwards, so a call
+that raises *after* writing something is caught as well as one that does not raise.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import xxhash
+
+import msgcask
+
+Snapshot = Callable[..., dict[str, Any]]
+BadCall = Callable[[msgcask.Store, Any], object]
+
+SMALL_FILE = 64 * 1024  # the smallest max_file_size the store accepts
+HEADER_SIZE = 32
+VERSION_OFFSET = 8  # u16 LE after the 8-byte magic
+HEADER_CHECKSUM_OFFSET = 24  # xxh3_64 of bytes 0..24, u64 LE
+
+
+@pytest.fixture
+def seeded(store: msgcask.Store) -> tuple[msgcask.Store, Any]:
+    """A store with a little state, so that "changes nothing" has something to change."""
+    q = store.queue("orders")
+    q.put(b"first", headers={"k": "v"}, priority=3)
+    q.put(b"second", priority=7)
+    store.queue("other").put(b"elsewhere")
+    return store, q
+
+
+def _huge_name() -> str:
+    return "x" * 256
+
+
+BAD_TYPE_CALLS: dict[str, BadCall] = {
+    "body_str": lambda s, q: q.put("text"),
+    "body_int": lambda s, q: q.put(5),
+    "body_none": lambda s, q: q.put(None),
+    "body_list": lambda s, q: q.put([b"a"]),
+    "headers_list": lambda s, q: q.put(b"x", headers=[("k", "v")]),
+    "headers_str": lambda s, q: q.put(b"x", headers="k=v"),
+    "headers_int_value": lambda s, q: q.put(b"x", headers={"k": 1}),
+    "headers_bytes_value": lambda s, q: q.put(b"x", headers={"k": b"v"}),
+    "headers_int_key": lambda s, q: q.put(b"x", headers={1: "v"}),
+    "priority_str": lambda s, q: q.put(b"x", priority="4"),
+    "priority_float": lambda s, q: q.put(b"x", priority=4.0),
+    "name_int": lambda s, q: s.queue(123),
+    "name_bytes": lambda s, q: s.queue(b"orders"),
+    "name_none": lambda s, q: s.queue(None),
+    "max_deliveries_str": lambda s, q: s.queue("new", max_deliveries="3"),
+    "max_deliveries_float": lambda s, q: s.queue("new", max_deliveries=1.5),
+    "dead_letter_queue_int": lambda s, q: s.queue("new", max_deliveries=2, dead_letter_queue=7),
+    "put_many_not_list": lambda s, q: q.put_many(b"ab"),
+    "put_many_bad_item": lambda s, q: q.put_many([b"ok", "not bytes", b"ok"]),
+    "put_many_bad_headers": lambda s, q: q.put_many([b"a"], headers={"k": 1}),
+    "selector_not_callable": lambda s, q: q.get(block=False, selector="k=v"),
+    "tx_put_body_str": lambda s, q: _in_tx(s, lambda tx: tx.put("orders", "text")),
+    "tx_put_name_int": lambda s, q: _in_tx(s, lambda tx: tx.put(5, b"x")),
+    "delete_queue_int": lambda s, q: s.delete_queue(5),
+}
+
+BAD_VALUE_CALLS: dict[str, BadCall] = {
+    "priority_negative": lambda s, q: q.put(b"x", priority=-1),
+    "priority_ten": lambda s, q: q.put(b"x", priority=10),
+    "priority_huge": lambda s, q: q.put(b"x", priority=2**64),
+    "name_empty": lambda s, q: s.queue(""),
+    "name_256_ascii": lambda s, q: s.queue(_huge_name()),
+    # 128 two-byte characters: 128 characters but 256 UTF-8 bytes.
+    "name_256_utf8_bytes": lambda s, q: s.queue("\u00e9" * 128),
+    "name_nul": lambda s, q: s.queue("a\0b"),
+    "max_deliveries_negative": lambda s, q: s.queue("new", max_deliveries=-1),
+    "dead_letter_queue_empty_name": lambda s, q: s.queue(
+        "new", max_deliveries=2, dead_letter_queue=""
+    ),
+    "get_negative_timeout": lambda s, q: q.get(timeout=-1),
+    "put_many_priority": lambda s, q: q.put_many([b"a", b"b"], priority=11),
+    "tx_put_priority": lambda s, q: _in_tx(s, lambda tx: tx.put("orders", b"x", priority=10)),
+    "tx_put_name_nul": lambda s, q: _in_tx(s, lambda tx: tx.put("a\0", b"x")),
+    "delete_unknown_queue": lambda s, q: s.delete_queue("no-such-queue"),
+}
+
+
+def _in_tx(store: msgcask.Store, body: Callable[[Any], object]) -> None:
+    with store.transaction() as tx:
+        tx.put("orders", b"inside the failing transaction")
+        body(tx)
+
+
+@pytest.mark.parametrize("call", BAD_TYPE_CALLS.values(), ids=BAD_TYPE_CALLS.keys())
+def test_wrong_type_raises_type_error_and_changes_nothing(
+    seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot, call: BadCall
+) -> None:
+    store, q = seeded
+    before = snapshot(store, store_path)
+    with pytest.raises(TypeError):
+        call(store, q)
+    assert snapshot(store, store_path) == before
+
+
+@pytest.mark.parametrize("call", BAD_VALUE_CALLS.values(), ids=BAD_VALUE_CALLS.keys())
+def test_bad_value_raises_value_error_and_changes_nothing(
+    seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot, call: BadCall
+) -> None:
+    store, q = seeded
+    before = snapshot(store, store_path)
+    with pytest.raises(ValueError):
+        call(store, q)
+    assert snapshot(store, store_path) == before
+
+
+@pytest.mark.parametrize("priority", [True, False])
+def test_bool_priority_is_rejected(
+    seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot, priority: bool
+) -> None:
+    # bool is an int subclass; accepting it would silently mean priority 0 or 1.
+    store, q = seeded
+    before = snapshot(store, store_path)
+    with pytest.raises((TypeError, ValueError)):
+        q.put(b"x", priority=priority)
+    assert snapshot(store, store_path) == before
+
+
+def test_queue_name_limits_are_inclusive(store: msgcask.Store) -> None:
+    # The limits are in UTF-8 bytes: 255 ASCII bytes and 127 two-byte characters fit.
+    for name in ("x" * 255, "\u00e9" * 127, "a"):
+        q = store.queue(name)
+        mid = q.put(b"body")
+        assert [m.id for m in q.browse()] == [mid]
+    assert sorted(store.queues()) == sorted(["x" * 255, "\u00e9" * 127, "a"])
+
+
+def test_message_bigger_than_a_data_file_is_rejected(store_path: Path, snapshot: Snapshot) -> None:
+    store = msgcask.open(store_path, max_file_size=SMALL_FILE, compaction_interval=None)
+    try:
+        q = store.queue("q")
+        q.put(b"fits" * 100)
+        before = snapshot(store, store_path)
+        with pytest.raises(msgcask.MessageTooLargeError):
+            q.put(b"x" * (SMALL_FILE + 1))
+        assert snapshot(store, store_path) == before
+        with pytest.raises(msgcask.MessageTooLargeError):
+            q.put_many([b"small", b"x" * (SMALL_FILE + 1), b"small"])
+        assert snapshot(store, store_path) == before
+        with pytest.raises(msgcask.MessageTooLargeError):
+            with store.transaction() as tx:
+                tx.put("q", b"small")
+                tx.put("q", b"x" * (SMALL_FILE + 1))
+        assert snapshot(store, store_path) == before
+        # The store keeps working after the refusals.
+        mid = q.put(b"after")
+        assert [m.body for m in q.browse()][-1] == b"after"
+        assert mid > max(m.id for m in q.browse() if m.body != b"after")
+    finally:
+        store.close()
+
+
+def test_message_too_large_is_a_msgcask_error() -> None:
+    assert issubclass(msgcask.MessageTooLargeError, msgcask.Error)
+
+
+def test_path_that_is_a_regular_file_is_not_a_store(tmp_path: Path) -> None:
+    path = tmp_path / "plain.txt"
+    path.write_bytes(b"not a store\n")
+    with pytest.raises(msgcask.NotAStoreError):
+        msgcask.open(path)
+    assert path.read_bytes() == b"not a store\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt"]
+
+
+def test_non_empty_directory_that_is_not_a_store_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "photos"
+    path.mkdir()
+    (path / "holiday.jpg").write_bytes(b"\xff\xd8 jpeg")
+    (path / "sub").mkdir()
+    with pytest.raises(msgcask.NotAStoreError):
+        msgcask.open(path)
+    assert sorted(p.name for p in path.iterdir()) == ["holiday.jpg", "sub"]
+    assert (path / "holiday.jpg").read_bytes() == b"\xff\xd8 jpeg"
+    assert list((path / "sub").iterdir()) == []
+
+
+def test_empty_directory_becomes_a_store(tmp_path: Path) -> None:
+    path = tmp_path / "empty"
+    path.mkdir()
+    with msgcask.open(path) as store:
+        mid = store.queue("q").put(b"x")
+    with msgcask.open(path) as store:
+        assert [m.id for m in store.queue("q").browse()] == [mid]
+
+
+def _patch_version(path: Path, delta: int) -> int:
+    """Rewrite a data file header's format version (and its checksum); return the old one."""
+    raw = bytearray(path.read_bytes())
+    (version,) = struct.unpack_from("<H", raw, VERSION_OFFSET)
+    stored = struct.unpack_from("<Q", raw, HEADER_CHECKSUM_OFFSET)[0]
+    # Check our reading of the layout before relying on it.
+    assert raw[:8] == b"msgcask\0", "data file does not start with the documented magic"
+    assert stored == xxhash.xxh3_64_intdigest(bytes(raw[:HEADER_CHECKSUM_OFFSET]))
+    struct.pack_into("<H", raw, VERSION_OFFSET, version + delta)
+    checksum = xxhash.xxh3_64_intdigest(bytes(raw[:HEADER_CHECKSUM_OFFSET]))
+    struct.pack_into("<Q", raw, HEADER_CHECKSUM_OFFSET, checksum)
+    path.write_bytes(bytes(raw))
+    return int(version)
+
+
+@pytest.mark.parametrize("drop_index", [False, True], ids=["with_index", "without_index"])
+def test_store_written_by_newer_format_is_refused(
+    store_path: Path, data_files: Callable[[Path], list[Path]], drop_index: bool
+) -> None:
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        store.queue("q").put(b"payload")
+    files = data_files(store_path)
+    assert files, "a store with a message has at least one data file"
+    for f in files:
+        _patch_version(f, +1)
+    if drop_index:
+        import shutil
+
+        shutil.rmtree(store_path / "index")
+    contents = {f.name: f.read_bytes() for f in files}
+    with pytest.raises(msgcask.FormatVersionError):
+        msgcask.open(store_path)
+    # Refusing must not "repair" (truncate, rewrite or delete) the newer files.
+    assert {f.name: f.read_bytes() for f in data_files(store_path)} == contents
+    assert issubclass(msgcask.FormatVersionError, msgcask.Error)
+
+
+BAD_OPTIONS: dict[str, tuple[dict[str, Any], type[Exception]]] = {
+    "sync_sometimes": ({"sync": "sometimes"}, ValueError),
+    "sync_int": ({"sync": 1}, TypeError),
+    "sync_interval_negative": ({"sync_interval": -0.1}, ValueError),
+    "sync_interval_str": ({"sync_interval": "fast"}, TypeError),
+    "threshold_zero": ({"compaction_threshold": 0}, ValueError),
+    "threshold_negative": ({"compaction_threshold": -0.5}, ValueError),
+    "threshold_above_one": ({"compaction_threshold": 1.5}, ValueError),
+    "max_file_size_zero": ({"max_file_size": 0}, ValueError),
+    "max_file_size_tiny": ({"max_file_size": 16}, ValueError),
+    "max_file_size_str": ({"max_file_size": "32MB"}, TypeError),
+    "compaction_interval_negative": ({"compaction_interval": -1}, ValueError),
+    "max_store_size_negative": ({"max_store_size": -1}, ValueError),
+}
+
+
+@pytest.mark.parametrize(("options", "error"), BAD_OPTIONS.values(), ids=BAD_OPTIONS.keys())
+def test_bad_option_on_new_path_creates_nothing(
+    tmp_path: Path, options: dict[str, Any], error: type[Exception]
+) -> None:
+    path = tmp_path / "new-store"
+    with pytest.raises(error):
+        msgcask.open(path, **options)
+    assert not path.exists(), "a refused open must not create the store directory"
+
+
+@pytest.mark.parametrize(("options", "error"), BAD_OPTIONS.values(), ids=BAD_OPTIONS.keys())
+def test_bad_option_on_existing_store_leaves_it_usable(
+    store_path: Path, snapshot: Snapshot, options: dict[str, Any], error: type[Exception]
+) -> None:
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        store.queue("q").put(b"kept", priority=2)
+        before = snapshot(store, store_path)
+    with pytest.raises(error):
+        msgcask.open(store_path, **options)
+    # The refused open must not leave the lock held or the files changed.
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert snapshot(store, store_path) == before
+
+
+def test_threshold_of_one_is_accepted(store_path: Path) -> None:
+    # (0, 1] is closed at 1: the bound itself is valid.
+    with msgcask.open(store_path, compaction_threshold=1.0) as store:
+        store.queue("q").put(b"x")
+
+
+class TestAckNack:
+    def test_ack_of_available_message_is_refused(
+        self, seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot
+    ) -> None:
+        store, q = seeded
+        waiting = next(iter(q.browse()))
+        before = snapshot(store, store_path)
+        for call in (q.ack, q.nack):
+            with pytest.raises(ValueError):
+                call(waiting.id)
+            with pytest.raises(ValueError):
+                call(waiting)
+        assert snapshot(store, store_path) == before
+
+    def test_ack_of_unknown_id_is_refused(
+        self, seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot
+    ) -> None:
+        store, q = seeded
+        unknown = max(m.id for m in q.browse()) + 1000
+        before = snapshot(store, store_path)
+        for call in (q.ack, q.nack):
+            with pytest.raises(ValueError):
+                call(unknown)
+        assert snapshot(store, store_path) == before
+
+    def test_ack_on_the_wrong_queue_is_refused(
+        self, seeded: tuple[msgcask.Store, Any], store_path: Path
+    ) -> None:
+        store, q = seeded
+        other = store.queue("other")
+        m = q.get(block=False)
+        for call in (other.ack, other.nack):
+            with pytest.raises(ValueError):
+                call(m)
+            with pytest.raises(ValueError):
+                call(m.id)
+        # Still delivered on its own queue: the refused ack did not consume it.
+        q.ack(m)
+        assert m.id not in {x.id for x in q.browse()}
+
+    def test_double_ack_is_refused(
+        self, seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot
+    ) -> None:
+        store, q = seeded
+        m = q.get(block=False)
+        q.ack(m)
+        before = snapshot(store, store_path)
+        with pytest.raises(ValueError):
+            q.ack(m)
+        with pytest.raises(ValueError):
+            q.ack(m.id)
+        with pytest.raises(ValueError):
+            q.nack(m)
+        assert snapshot(store, store_path) == before
+
+    def test_nack_then_ack_of_the_old_delivery_is_refused(
+        self, seeded: tuple[msgcask.Store, Any]
+    ) -> None:
+        _store, q = seeded
+        m = q.get(block=False)
+        q.nack(m)
+        # After the nack the message is available again, not delivered.
+        with pytest.raises(ValueError):
+            q.ack(m)
+        assert m.id in {x.id for x in q.browse()}
+
+    @pytest.mark.parametrize("bad", ["1", 1.0, None, b"1"], ids=["str", "float", "none", "bytes"])
+    def test_ack_of_wrong_type_is_refused(
+        self,
+        seeded: tuple[msgcask.Store, Any],
+        store_path: Path,
+        snapshot: Snapshot,
+        bad: object,
+    ) -> None:
+        store, q = seeded
+        m = q.get(block=False)
+        before = snapshot(store, store_path)
+        for call in (q.ack, q.nack):
+            with pytest.raises((TypeError, ValueError)):
+                call(bad)
+        assert snapshot(store, store_path) == before
+        q.ack(m)
+
+    def test_transaction_with_bad_ack_applies_nothing(
+        self, seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot
+    ) -> None:
+        store, q = seeded
+        m = q.get(block=False)
+        before = snapshot(store, store_path)
+        with pytest.raises(ValueError):
+            with store.transaction() as tx:
+                tx.put("orders", b"should not appear")
+                tx.ack(m)
+                tx.ack(m.id + 1000)
+        assert snapshot(store, store_path) == before
+        # The good ack inside the failed transaction was discarded too.
+        q.ack(m)
+
+
+def _compact(store: msgcask.Store) -> object:
+    if not hasattr(msgcask.Store, "compact"):
+        pytest.skip("Store.compact is not implemented yet")
+    return store.compact()
+
+
+class TestUseAfterClose:
+    CALLS: dict[str, Callable[[msgcask.Store, Any, Any], object]] = {
+        "put": lambda s, q, m: q.put(b"x"),
+        "put_many": lambda s, q, m: q.put_many([b"x"]),
+        "get": lambda s, q, m: q.get(block=False),
+        "get_blocking": lambda s, q, m: q.get(timeout=0.01),
+        "ack": lambda s, q, m: q.ack(m),
+        "nack": lambda s, q, m: q.nack(m),
+        "len": lambda s, q, m: len(q),
+        "browse": lambda s, q, m: list(q.browse()),
+        "purge": lambda s, q, m: q.purge(),
+        "queue": lambda s, q, m: s.queue("q"),
+        "queues": lambda s, q, m: s.queues(),
+        "delete_queue": lambda s, q, m: s.delete_queue("q"),
+        "transaction": lambda s, q, m: s.transaction().__enter__(),
+        "stats": lambda s, q, m: s.stats(),
+        "sync": lambda s, q, m: s.sync(),
+        "compact": lambda s, q, m: _compact(s),
+    }
+
+    @pytest.mark.parametrize("call", CALLS.values(), ids=CALLS.keys())
+    def test_call_on_closed_store_raises_closed_error(
+        self, store_path: Path, call: Callable[[msgcask.Store, Any, Any], object]
+    ) -> None:
+        store = msgcask.open(store_path, compaction_interval=None)
+        q = store.queue("q")
+        q.put(b"one")
+        q.put(b"two")
+        m = q.get(block=False)
+        store.close()
+        with pytest.raises(msgcask.ClosedError):
+            call(store, q, m)
+        # Nothing was written after close: the delivered message is still there.
+        with msgcask.open(store_path) as again:
+            assert sorted(x.body for x in again.queue("q").browse()) == [b"one", b"two"]
+
+    def test_closed_error_is_a_msgcask_error(self) -> None:
+        assert issubclass(msgcask.ClosedError, msgcask.Error)
+
+
+def test_error_hierarchy() -> None:
+    import queue as stdlib_queue
+
+    for name in (
+        "Empty",
+        "StoreLockedError",
+        "StoreFullError",
+        "CorruptionError",
+        "MessageTooLargeError",
+        "ClosedError",
+        "FormatVersionError",
+        "NotAStoreError",
+    ):
+        assert issubclass(getattr(msgcask, name), msgcask.Error), name
+    assert issubclass(msgcask.Empty, stdlib_queue.Empty)
+    assert issubclass(msgcask.Error, Exception)

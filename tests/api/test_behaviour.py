@@ -1,0 +1,457 @@
+"""Queue semantics through the public API: order, blocking, selectors, redelivery,
+dead-lettering, transactions, batches, purge/delete, persistence across reopen."""
+
+from __future__ import annotations
+
+import queue as stdlib_queue
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import msgcask
+
+Verify = Callable[[msgcask.Store], None]
+
+
+def _drain(q: Any) -> list[Any]:
+    """Get and ack everything available, in delivery order."""
+    out = []
+    while True:
+        try:
+            m = q.get(block=False)
+        except msgcask.Empty:
+            return out
+        q.ack(m)
+        out.append(m)
+
+
+class TestOrder:
+    def test_higher_priority_is_delivered_first_then_fifo(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        plan = [(4, b"a"), (9, b"b"), (0, b"c"), (4, b"d"), (9, b"e"), (0, b"f"), (5, b"g")]
+        ids = {body: q.put(body, priority=p) for p, body in plan}
+        expected = [body for p, body in sorted(plan, key=lambda pb: (-pb[0], ids[pb[1]]))]
+        assert [m.body for m in q.browse()] == expected
+        assert [m.body for m in _drain(q)] == expected
+
+    def test_ids_are_global_and_increasing_across_queues(self, store: msgcask.Store) -> None:
+        a, b = store.queue("a"), store.queue("b")
+        ids = [a.put(b"1"), b.put(b"2"), a.put(b"3"), *b.put_many([b"4", b"5"]), a.put(b"6")]
+        assert ids == sorted(ids)
+        assert len(set(ids)) == len(ids)
+
+    def test_ids_are_not_reused_after_the_highest_is_acked_and_reopened(
+        self, store_path: Path
+    ) -> None:
+        with msgcask.open(store_path) as store:
+            q = store.queue("q")
+            q.put(b"low")
+            top = q.put(b"top", priority=9)
+            m = q.get(block=False)
+            assert m.id == top
+            q.ack(m)
+        with msgcask.open(store_path) as store:
+            assert store.queue("q").put(b"new") > top
+
+    def test_message_fields_round_trip(self, store: msgcask.Store) -> None:
+        q = store.queue("orders")
+        body = bytes(range(256)) * 3
+        mid = q.put(bytearray(body), headers={"k": "v", "\u00fc": "\u2603"}, priority=6)
+        m = q.get(block=False)
+        assert (m.id, m.queue, bytes(m.body), m.priority) == (mid, "orders", body, 6)
+        assert dict(m.headers) == {"k": "v", "\u00fc": "\u2603"}
+        assert (m.deliveries, m.redelivered) == (1, False)
+        q.ack(m)
+
+    def test_memoryview_and_empty_body_are_accepted(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        q.put(memoryview(b"viewed"))
+        q.put(b"")
+        assert [bytes(m.body) for m in _drain(q)] == [b"viewed", b""]
+
+    def test_messages_survive_reopen_in_order(self, store_path: Path, verify: Verify) -> None:
+        with msgcask.open(store_path) as store:
+            q = store.queue("q")
+            for i in range(20):
+                q.put(b"m%d" % i, headers={"i": str(i)}, priority=i % 3)
+            before = [(m.id, bytes(m.body), dict(m.headers), m.priority) for m in q.browse()]
+        with msgcask.open(store_path) as store:
+            q = store.queue("q")
+            after = [(m.id, bytes(m.body), dict(m.headers), m.priority) for m in q.browse()]
+            assert after == before
+            verify(store)
+
+
+class TestBlocking:
+    def test_get_on_empty_queue_without_blocking_raises_empty(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        with pytest.raises(msgcask.Empty):
+            q.get(block=False)
+        # Code written for the standard library's queue.Empty works unchanged.
+        with pytest.raises(stdlib_queue.Empty):
+            q.get(block=False)
+
+    def test_get_with_timeout_waits_then_raises_empty(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        start = time.monotonic()
+        with pytest.raises(msgcask.Empty):
+            q.get(timeout=0.2)
+        # Semantic check: it waited (did not return at once), not a speed figure.
+        assert time.monotonic() - start >= 0.15
+
+    def test_blocked_get_is_woken_by_put_from_another_thread(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        sent: list[int] = []
+
+        def producer() -> None:
+            time.sleep(0.2)
+            sent.append(q.put(b"wake up"))
+
+        t = threading.Thread(target=producer)
+        t.start()
+        m = q.get(timeout=30)
+        t.join()
+        assert m.id == sent[0] and m.body == b"wake up"
+        q.ack(m)
+
+    def test_blocked_get_is_woken_by_nack(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        q.put(b"only")
+        m = q.get(block=False)
+        t = threading.Timer(0.2, q.nack, args=(m,))
+        t.start()
+        again = q.get(timeout=30)
+        t.join()
+        assert again.id == m.id and again.redelivered
+        q.ack(again)
+
+    def test_delivered_message_is_invisible_to_other_gets(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        q.put(b"one")
+        m = q.get(block=False)
+        with pytest.raises(msgcask.Empty):
+            q.get(block=False)
+        assert len(q) == 1  # still live: delivered but not acked
+        q.ack(m)
+        assert len(q) == 0
+
+
+class TestSelectors:
+    def test_selector_returns_first_matching_in_delivery_order(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        q.put(b"a1", headers={"t": "a"}, priority=5)
+        b1 = q.put(b"b1", headers={"t": "b"}, priority=1)
+        b2 = q.put(b"b2", headers={"t": "b"}, priority=8)
+        q.put(b"none")
+        m = q.get(block=False, selector=lambda h: (h or {}).get("t") == "b")
+        assert m.id == b2  # priority 8 beats the older priority-1 match
+        q.ack(m)
+        m = q.get(block=False, selector=lambda h: (h or {}).get("t") == "b")
+        assert m.id == b1
+        q.ack(m)
+        with pytest.raises(msgcask.Empty):
+            q.get(block=False, selector=lambda h: (h or {}).get("t") == "b")
+        # Skipped messages keep their place.
+        assert [m.body for m in _drain(q)] == [b"a1", b"none"]
+
+    def test_selector_receives_the_headers(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        q.put(b"x", headers={"k": "v"})
+        seen: list[Any] = []
+
+        def selector(h: Any) -> bool:
+            seen.append(dict(h or {}))
+            return True
+
+        q.ack(q.get(block=False, selector=selector))
+        assert seen == [{"k": "v"}]
+
+    def test_blocked_get_with_selector_ignores_non_matching_puts(
+        self, store: msgcask.Store
+    ) -> None:
+        q = store.queue("q")
+
+        def producer() -> None:
+            time.sleep(0.1)
+            q.put(b"nope", headers={"t": "x"})
+            time.sleep(0.1)
+            q.put(b"yes", headers={"t": "y"})
+
+        t = threading.Thread(target=producer)
+        t.start()
+        m = q.get(timeout=30, selector=lambda h: (h or {}).get("t") == "y")
+        t.join()
+        assert m.body == b"yes"
+        q.ack(m)
+        assert [x.body for x in q.browse()] == [b"nope"]
+
+
+class TestRedelivery:
+    def test_nack_returns_message_to_its_original_position(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        first = q.put(b"first")
+        q.put(b"second")
+        m = q.get(block=False)
+        assert m.id == first
+        q.nack(m)
+        again = q.get(block=False)
+        assert (again.id, again.deliveries, again.redelivered) == (first, 2, True)
+        q.ack(again)
+        nxt = q.get(block=False)
+        assert (nxt.body, nxt.deliveries, nxt.redelivered) == (b"second", 1, False)
+        q.ack(nxt)
+
+    def test_nack_by_id_works(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        q.put(b"x")
+        m = q.get(block=False)
+        q.nack(m.id)
+        assert q.get(block=False).deliveries == 2
+
+    def test_unacked_delivery_comes_back_redelivered_after_reopen(self, store_path: Path) -> None:
+        with msgcask.open(store_path) as store:
+            q = store.queue("q")
+            mid = q.put(b"in flight")
+            q.put(b"never delivered")
+            assert q.get(block=False).id == mid
+        with msgcask.open(store_path) as store:
+            q = store.queue("q")
+            m = q.get(block=False)
+            assert (m.id, m.redelivered, m.deliveries) == (mid, True, 2)
+            n = q.get(block=False)
+            assert (n.body, n.redelivered) == (b"never delivered", False)
+
+    def test_exhausted_message_moves_to_default_dead_letter_queue(
+        self, store: msgcask.Store, verify: Verify
+    ) -> None:
+        q = store.queue("work", max_deliveries=2)
+        old = q.put(b"poison", headers={"k": "v"}, priority=7)
+        later = q.put(b"fine")
+        m = q.get(block=False)
+        q.nack(m)  # deliveries 1 < 2: back in the queue
+        m = q.get(block=False)
+        assert (m.id, m.deliveries) == (old, 2)
+        q.nack(m)  # deliveries 2 >= 2: dead-lettered
+        assert "DLQ.work" in store.queues()
+        assert [x.id for x in q.browse()] == [later]
+        dead = list(store.queue("DLQ.work").browse())
+        assert len(dead) == 1
+        d = dead[0]
+        assert d.id != old and d.id > later  # a new id, never a reused one
+        assert (bytes(d.body), d.priority) == (b"poison", 7)
+        assert dict(d.headers) == {
+            "k": "v",
+            "x-dead-letter-from": "work",
+            "x-original-id": str(old),
+        }
+        verify(store)
+
+    def test_custom_dead_letter_queue_and_persistence(self, store_path: Path) -> None:
+        with msgcask.open(store_path) as store:
+            q = store.queue("work", max_deliveries=1, dead_letter_queue="graveyard")
+            old = q.put(b"poison")
+            q.nack(q.get(block=False))
+        with msgcask.open(store_path) as store:
+            assert "graveyard" in store.queues()
+            assert "DLQ.work" not in store.queues()
+            (d,) = list(store.queue("graveyard").browse())
+            assert d.body == b"poison" and dict(d.headers)["x-original-id"] == str(old)
+            assert len(store.queue("work")) == 0
+
+    def test_queue_without_max_deliveries_never_dead_letters(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        mid = q.put(b"x")
+        for n in range(1, 8):
+            m = q.get(block=False)
+            assert (m.id, m.deliveries) == (mid, n)
+            q.nack(m)
+        assert store.queues() == ["q"]
+
+
+class TestTransactions:
+    def test_commit_applies_all_puts_and_acks(self, store: msgcask.Store) -> None:
+        a, b = store.queue("a"), store.queue("b")
+        a.put(b"to ack")
+        m = a.get(block=False)
+        with store.transaction() as tx:
+            i1 = tx.put("a", b"x", priority=1)
+            i2 = tx.put("b", b"y", headers={"h": "1"})
+            tx.ack(m)
+            # Nothing is visible before the block exits.
+            assert len(b) == 0
+            assert len(a) == 1
+        assert [x.id for x in a.browse()] == [i1]
+        assert [(x.id, dict(x.headers)) for x in b.browse()] == [(i2, {"h": "1"})]
+        with pytest.raises(ValueError):
+            a.ack(m)  # already acked by the transaction
+
+    def test_exception_rolls_back_everything_and_is_reraised(
+        self, store: msgcask.Store, store_path: Path, snapshot: Callable[..., Any]
+    ) -> None:
+        q = store.queue("q")
+        q.put(b"to ack")
+        m = q.get(block=False)
+        before = snapshot(store, store_path)
+
+        class Boom(Exception):
+            pass
+
+        with pytest.raises(Boom):
+            with store.transaction() as tx:
+                tx.put("q", b"x")
+                tx.put("new-queue", b"y")
+                tx.ack(m)
+                raise Boom
+        assert snapshot(store, store_path) == before
+        assert "new-queue" not in store.queues()
+        q.ack(m)  # still delivered: the rolled-back ack did not happen
+
+    def test_committed_transaction_survives_reopen(self, store_path: Path) -> None:
+        with msgcask.open(store_path) as store:
+            q = store.queue("q")
+            q.put(b"old")
+            m = q.get(block=False)
+            with store.transaction() as tx:
+                new = tx.put("q", b"new")
+                tx.ack(m)
+        with msgcask.open(store_path) as store:
+            assert [x.id for x in store.queue("q").browse()] == [new]
+
+
+class TestBatches:
+    def test_put_many_returns_ids_in_order(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        ids = q.put_many([b"a", b"b", b"c"], headers={"k": "v"}, priority=2)
+        assert ids == sorted(ids) and len(set(ids)) == 3
+        got = _drain(q)
+        assert [(m.id, m.body, dict(m.headers), m.priority) for m in got] == [
+            (ids[0], b"a", {"k": "v"}, 2),
+            (ids[1], b"b", {"k": "v"}, 2),
+            (ids[2], b"c", {"k": "v"}, 2),
+        ]
+
+    def test_put_many_with_one_bad_item_puts_nothing(
+        self, store: msgcask.Store, store_path: Path, snapshot: Callable[..., Any]
+    ) -> None:
+        q = store.queue("q")
+        q.put(b"existing")
+        before = snapshot(store, store_path)
+        with pytest.raises(TypeError):
+            q.put_many([b"a", b"b", 3, b"d"])
+        assert snapshot(store, store_path) == before
+
+    def test_put_many_empty_list_puts_nothing(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        assert q.put_many([]) == []
+        assert len(q) == 0
+
+
+class TestPurgeDelete:
+    def test_purge_removes_available_and_keeps_delivered(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        q.put_many([b"1", b"2", b"3", b"4"])
+        m = q.get(block=False)
+        assert q.purge() == 3
+        assert len(q) == 1
+        q.ack(m)
+        assert len(q) == 0
+        assert q.purge() == 0
+
+    def test_purge_is_durable(self, store_path: Path) -> None:
+        with msgcask.open(store_path) as store:
+            q = store.queue("q")
+            q.put_many([b"1", b"2"])
+            assert q.purge() == 2
+            keep = q.put(b"after purge")
+        with msgcask.open(store_path) as store:
+            assert [m.id for m in store.queue("q").browse()] == [keep]
+
+    def test_delete_queue_removes_it_and_its_messages(self, store_path: Path) -> None:
+        with msgcask.open(store_path) as store:
+            store.queue("b").put(b"x")
+            store.queue("a").put_many([b"1", b"2"])
+            store.queue("c")
+            assert store.queues() == ["a", "b", "c"]
+            store.delete_queue("a")
+            assert store.queues() == ["b", "c"]
+            assert store.stats().live_messages == 1
+            with pytest.raises(ValueError):
+                store.delete_queue("a")
+        with msgcask.open(store_path) as store:
+            assert store.queues() == ["b", "c"]
+            # Getting it again creates a new, empty queue.
+            assert len(store.queue("a")) == 0
+
+    def test_delete_queue_with_delivered_messages(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        q.put(b"x")
+        m = q.get(block=False)
+        store.delete_queue("q")
+        assert "q" not in store.queues()
+        assert store.stats().live_messages == 0
+        # The delivery belonged to the deleted queue: acking it now is refused.
+        with pytest.raises((ValueError, msgcask.Error)):
+            store.queue("q").ack(m)
+
+
+class TestBrowse:
+    def test_browse_does_not_deliver(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        q.put_many([b"1", b"2"])
+        assert [m.body for m in q.browse()] == [b"1", b"2"]
+        assert [m.body for m in q.browse()] == [b"1", b"2"]
+        m = q.get(block=False)
+        assert (m.body, m.deliveries) == (b"1", 1)
+        q.ack(m)
+
+    def test_len_counts_available_and_delivered(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        q.put_many([b"1", b"2", b"3"])
+        assert len(q) == 3
+        m = q.get(block=False)
+        assert len(q) == 3
+        q.ack(m)
+        assert len(q) == 2
+
+    def test_stats_live_messages_follows_the_queues(
+        self, store: msgcask.Store, verify: Verify
+    ) -> None:
+        store.queue("a").put_many([b"1", b"2"])
+        store.queue("b").put(b"3")
+        assert store.stats().live_messages == 3
+        verify(store)
+
+
+class TestLifecycle:
+    def test_context_manager_closes_and_releases_the_lock(self, store_path: Path) -> None:
+        with msgcask.open(store_path) as store:
+            q = store.queue("q")
+            q.put(b"x")
+        with pytest.raises(msgcask.ClosedError):
+            q.put(b"y")
+        # The lock was released: the same process can open it again at once.
+        with msgcask.open(store_path) as again:
+            assert len(again.queue("q")) == 1
+
+    def test_context_manager_closes_on_exception(self, store_path: Path) -> None:
+        with pytest.raises(RuntimeError):
+            with msgcask.Store(store_path) as store:
+                store.queue("q").put(b"x")
+                raise RuntimeError("boom")
+        with pytest.raises(msgcask.ClosedError):
+            store.queues()
+        with msgcask.open(store_path) as again:
+            assert len(again.queue("q")) == 1
+
+    def test_second_open_in_same_process_is_refused(
+        self, store: msgcask.Store, store_path: Path
+    ) -> None:
+        with pytest.raises(msgcask.StoreLockedError):
+            msgcask.open(store_path)
+        # The refused open did not disturb the holder.
+        store.queue("q").put(b"still mine")
+        assert len(store.queue("q")) == 1

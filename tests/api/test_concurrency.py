@@ -1,0 +1,123 @@
+"""Single writer across processes, and thread safety within one process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import msgcask
+
+HOLDER = Path(__file__).with_name("hold_store.py")
+
+
+def test_second_process_gets_store_locked_error_naming_the_holder(store_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, str(HOLDER), str(store_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        line = holder.stdout.readline().split()
+        assert line[:1] == ["held"], f"holder did not start: {line}"
+        assert int(line[1]) == holder.pid
+        with pytest.raises(msgcask.StoreLockedError) as info:
+            msgcask.open(store_path)
+        assert str(holder.pid) in str(info.value), "the error must name the holder's pid"
+        # The refused open must not have damaged the holder's store.
+        holder.stdin.close()
+        assert holder.stdout.readline().strip() == "closed"
+        assert holder.wait(timeout=30) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    # Once the holder is gone the store opens and holds the holder's message.
+    with msgcask.open(store_path) as store:
+        assert [m.body for m in store.queue("held").browse()] == [b"by the holder"]
+
+
+def test_lock_of_killed_holder_is_released(store_path: Path) -> None:
+    # A crashed holder must not lock the store forever (no stale-lock wedging).
+    holder = subprocess.Popen(
+        [sys.executable, str(HOLDER), str(store_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline().startswith("held")
+    holder.kill()
+    holder.wait()
+    with msgcask.open(store_path) as store:
+        assert [m.body for m in store.queue("held").browse()] == [b"by the holder"]
+
+
+def test_threads_deliver_every_message_exactly_once(
+    store_path: Path, verify: Callable[[msgcask.Store], None]
+) -> None:
+    producers, consumers, per_producer = 4, 4, 150
+    store = msgcask.open(store_path, compaction_interval=None)
+    try:
+        q = store.queue("q")
+        put_ids: list[int] = []
+        got_ids: list[int] = []
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+        done_producing = threading.Event()
+
+        def produce(n: int) -> None:
+            try:
+                for i in range(per_producer):
+                    if i % 10 == 0:
+                        ids = q.put_many([b"%d-%d-batch" % (n, i)] * 2, priority=i % 10)
+                    else:
+                        ids = [q.put(b"%d-%d" % (n, i), priority=i % 10)]
+                    with lock:
+                        put_ids.extend(ids)
+            except BaseException as e:  # surfaced in the main thread
+                errors.append(e)
+
+        def consume() -> None:
+            try:
+                while True:
+                    try:
+                        m = q.get(timeout=0.05)
+                    except msgcask.Empty:
+                        if done_producing.is_set():
+                            return
+                        continue
+                    if m.id % 7 == 0 and m.deliveries == 1:
+                        q.nack(m)  # some go round again; still delivered once in the end
+                        continue
+                    q.ack(m)
+                    with lock:
+                        got_ids.append(m.id)
+            except BaseException as e:
+                errors.append(e)
+
+        prod = [threading.Thread(target=produce, args=(n,)) for n in range(producers)]
+        cons = [threading.Thread(target=consume) for _ in range(consumers)]
+        for t in prod + cons:
+            t.start()
+        for t in prod:
+            t.join()
+        done_producing.set()
+        for t in cons:
+            t.join()
+        assert not errors, errors
+        dupes = [i for i, c in Counter(got_ids).items() if c > 1]
+        assert not dupes, f"delivered more than once: {dupes[:10]}"
+        assert len(put_ids) == len(set(put_ids)), "put returned the same id twice"
+        assert sorted(got_ids) == sorted(put_ids)
+        assert len(q) == 0
+        verify(store)
+    finally:
+        store.close()
