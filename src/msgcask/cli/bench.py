@@ -1,0 +1,312 @@
+"""``msgcask bench WORKLOAD`` and ``msgcask demo``.
+
+Imports nothing heavy at module level: the CLI group loads this module on
+every command, and matplotlib or the peers are only needed by these two.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import click
+
+from msgcask.workloads.config import WORKLOAD_NAMES, RunConfig
+
+MiB = 2**20
+
+
+def _size(text: str) -> int:
+    """Bytes from '1048576', '1MiB', '64KiB', '2GiB'."""
+    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "k": 2**10, "m": 2**20, "g": 2**30}
+    t = text.strip().lower()
+    for suffix, mult in sorted(units.items(), key=lambda kv: -len(kv[0])):
+        if t.endswith(suffix):
+            return int(float(t[: -len(suffix)]) * mult)
+    return int(t)
+
+
+class SizeType(click.ParamType):
+    name = "size"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return _size(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not a size (bytes, or with KiB/MiB/GiB)", param, ctx)
+
+
+SIZE = SizeType()
+
+
+@click.command()
+@click.argument("workload", type=click.Choice(WORKLOAD_NAMES))
+@click.option(
+    "--messages",
+    "-n",
+    type=int,
+    default=200_000,
+    show_default=True,
+    help="N: messages put (steady-like workloads; steady phases of drain-history).",
+)
+@click.option("--size", type=SIZE, default=1024, show_default=True, help="S: body bytes.")
+@click.option("--size-mix", is_flag=True, help="80% 512 B, 15% 4 KiB, 5% 64 KiB bodies.")
+@click.option(
+    "--pin-every",
+    type=int,
+    default=None,
+    help="P: pin 1 message in P [dlq-heavy 1000, selector-skip 500].",
+)
+@click.option(
+    "--batch",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Messages per put call; the batched variant of steady uses 100.",
+)
+@click.option(
+    "--sync",
+    type=click.Choice(["always", "periodic", "never"]),
+    default="periodic",
+    show_default=True,
+)
+@click.option(
+    "--window",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="W: delivered-unacked messages a slow consumer holds.",
+)
+@click.option(
+    "--rounds",
+    type=int,
+    default=None,
+    help="priority-pin rounds [4x the data files max_store_size holds].",
+)
+@click.option(
+    "--depth", type=int, default=2_000_000, show_default=True, help="D: messages deep-queue puts."
+)
+@click.option(
+    "--fill",
+    type=int,
+    default=500_000,
+    show_default=True,
+    help="M: messages per fill of drain-history.",
+)
+@click.option(
+    "--repeat",
+    type=int,
+    default=3,
+    show_default=True,
+    help="R: fill/drain cycles of drain-history.",
+)
+@click.option("--max-file-size", type=SIZE, default=MiB, show_default=True)
+@click.option(
+    "--max-store-size", type=SIZE, default=None, help="[none; priority-pin: 32 data files]"
+)
+@click.option(
+    "--threshold", type=float, default=0.5, show_default=True, help="compaction_threshold."
+)
+@click.option(
+    "--compaction",
+    type=click.Choice(["on", "off", "both"]),
+    default="on",
+    show_default=True,
+    help="off opens msgcask with no compaction schedule.",
+)
+@click.option(
+    "--compaction-interval",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds between background compaction passes.",
+)
+@click.option(
+    "--max-deliveries",
+    type=int,
+    default=1,
+    show_default=True,
+    help="dlq-heavy: deliveries before a nacked message is dead-lettered.",
+)
+@click.option(
+    "--peers",
+    default="all",
+    show_default=True,
+    help="Comma-separated peers, 'all' or 'none': sqlite3, persistqueue-ack, "
+    "persistqueue-file, litequeue, diskcache-deque.",
+)
+@click.option("--producers", type=int, default=1, show_default=True)
+@click.option("--consumers", type=int, default=1, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--interval",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="Seconds between samples; also the latency window.",
+)
+@click.option(
+    "--crash-messages",
+    type=int,
+    default=20_000,
+    show_default=True,
+    help="Messages the kill -9 child puts before it is killed.",
+)
+@click.option("--no-reopen", is_flag=True, help="Skip the reopen and kill -9 measurements.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="results",
+    show_default=True,
+    help="Where the JSON and the plots go.",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where the stores live during the run [a temporary directory].",
+)
+@click.option("--no-plots", is_flag=True)
+@click.option("--no-progress", is_flag=True)
+def bench(
+    workload: str,
+    messages: int,
+    size: int,
+    size_mix: bool,
+    pin_every: int | None,
+    batch: int,
+    sync: str,
+    window: int,
+    rounds: int | None,
+    depth: int,
+    fill: int,
+    repeat: int,
+    max_file_size: int,
+    max_store_size: int | None,
+    threshold: float,
+    compaction: str,
+    compaction_interval: float,
+    max_deliveries: int,
+    peers: str,
+    producers: int,
+    consumers: int,
+    seed: int,
+    interval: float,
+    crash_messages: int,
+    no_reopen: bool,
+    out_dir: str,
+    workdir: str | None,
+    no_plots: bool,
+    no_progress: bool,
+) -> None:
+    """Run one standard WORKLOAD on msgcask and its peers; write JSON and plots to --out."""
+    from msgcask.workloads.report import summary
+    from msgcask.workloads.runner import run_and_write
+    from msgcask.workloads.subjects import parse_peers
+
+    try:
+        cfg = RunConfig(
+            workload=workload,
+            messages=messages,
+            size=size,
+            size_mix=size_mix,
+            pin_every=pin_every,
+            batch=batch,
+            sync=sync,
+            window=window,
+            rounds=rounds,
+            depth=depth,
+            fill=fill,
+            repeat=repeat,
+            max_file_size=max_file_size,
+            max_store_size=max_store_size,
+            threshold=threshold,
+            compaction=compaction,
+            compaction_interval=compaction_interval,
+            max_deliveries=max_deliveries,
+            producers=producers,
+            consumers=consumers,
+            peers=parse_peers(peers),
+            seed=seed,
+            interval=interval,
+            crash_messages=crash_messages,
+            reopen=not no_reopen,
+            progress=not no_progress,
+        )
+    except ValueError as e:
+        raise click.UsageError(str(e)) from e
+    doc, path = run_and_write(
+        cfg, out_dir, workdir=workdir, plots=not no_plots, echo=lambda m: click.echo(m, err=True)
+    )
+    click.echo(summary(doc))
+    click.echo(f"result: {path}")
+    if any(r["status"] == "failed" for r in doc["runs"]):
+        click.echo("some runs failed; see the errors above", err=True)
+
+
+@click.command()
+@click.option("--messages", "-n", type=int, default=150_000, show_default=True)
+@click.option("--size", type=SIZE, default=1024, show_default=True)
+@click.option("--max-file-size", type=SIZE, default=MiB, show_default=True)
+@click.option(
+    "--peers", default="none", show_default=True, help="Peers to run too ('all' adds minutes)."
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where the JSON and plots go [a new temporary directory].",
+)
+@click.option("--no-progress", is_flag=True)
+def demo(
+    messages: int, size: int, max_file_size: int, peers: str, out_dir: str | None, no_progress: bool
+) -> None:
+    """dlq-heavy on an embedded store with compaction on, then off: what compaction buys.
+
+    1 message in 1,000 is dead-lettered and never consumed, so without compaction
+    nearly every data file keeps one live message and disk grows with everything
+    ever put; with compaction disk follows the live data.
+    """
+    from msgcask.workloads.report import summary
+    from msgcask.workloads.runner import run_and_write
+    from msgcask.workloads.subjects import parse_peers
+
+    out = out_dir or tempfile.mkdtemp(prefix="msgcask-demo-")
+    cfg = RunConfig(
+        workload="dlq-heavy",
+        messages=messages,
+        size=size,
+        max_file_size=max_file_size,
+        compaction="both",
+        peers=parse_peers(peers),
+        crash_messages=min(messages, 20_000),
+        progress=not no_progress,
+    )
+    click.echo(
+        f"msgcask demo: dlq-heavy, {messages} messages of {size} B, 1 in "
+        f"{cfg.pin_period} dead-lettered, {max_file_size // 1024} KiB data files; "
+        "compaction on, then off"
+    )
+    start = time.monotonic()
+    doc, path = run_and_write(
+        cfg, out, stem="demo-dlq-heavy", echo=lambda m: click.echo(m, err=True)
+    )
+    click.echo(summary(doc))
+    runs = {r["compaction"]: r for r in doc["runs"] if r["subject"] == "msgcask"}
+    on, off = runs.get(True), runs.get(False)
+    if on and off and on["space"]["max_disk_bytes"] and off["space"]["final_disk_bytes"]:
+        click.echo(
+            f"\nwithout compaction the store ends {off['space']['final_disk_bytes'] / MiB:.1f}"
+            f" MiB on disk, with it {on['space']['final_disk_bytes'] / MiB:.1f} MiB "
+            f"({off['space']['final_disk_bytes'] / max(1, on['space']['final_disk_bytes']):.1f}x)"
+            f" for {on['space']['final_live_payload_bytes'] / 1024:.0f} KiB of live messages"
+        )
+    click.echo(f"result: {path}")
+    click.echo(f"demo took {time.monotonic() - start:.0f} s; files in {os.path.abspath(out)}")

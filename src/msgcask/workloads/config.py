@@ -1,0 +1,122 @@
+"""Parameters of one workload run, with the defaults of the workload spec."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+WORKLOAD_NAMES = (
+    "steady",
+    "dlq-heavy",
+    "priority-pin",
+    "slow-consumer",
+    "selector-skip",
+    "drain-history",
+    "deep-queue",
+)
+
+SYNC_MODES = ("always", "periodic", "never")
+
+MiB = 2**20
+
+
+@dataclass
+class RunConfig:
+    """Everything a run depends on; stored verbatim in the result's ``params``.
+
+    Defaults follow the workload spec; ``messages`` is N for steady-like
+    workloads, ``depth`` is D for deep-queue and ``fill`` is M for drain-history.
+    """
+
+    workload: str = "steady"
+    messages: int = 200_000
+    size: int = 1024
+    size_mix: bool = False
+    pin_every: int | None = None  # P; None means the workload's own default
+    batch: int = 1  # 1 = single puts; the batched variant of the spec uses 100
+    sync: str = "periodic"
+    window: int = 1000  # W of slow-consumer
+    rounds: int | None = None  # priority-pin; None = 4x what max_store_size holds
+    depth: int = 2_000_000  # D of deep-queue
+    fill: int = 500_000  # M of drain-history
+    repeat: int = 3  # R of drain-history
+    max_file_size: int = 1 * MiB
+    max_store_size: int | None = None
+    threshold: float = 0.5
+    compaction: str = "on"  # on | off | both
+    compaction_interval: float = 1.0
+    max_deliveries: int = 1
+    producers: int = 1
+    consumers: int = 1
+    peers: list[str] = field(default_factory=list)
+    seed: int = 0
+    interval: float = 0.5  # sampler period and latency window, seconds
+    crash_messages: int = 20_000
+    reopen: bool = True
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.workload not in WORKLOAD_NAMES:
+            raise ValueError(f"unknown workload {self.workload!r}; one of {WORKLOAD_NAMES}")
+        if self.sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {SYNC_MODES}, not {self.sync!r}")
+        if self.compaction not in ("on", "off", "both"):
+            raise ValueError("compaction must be on, off or both")
+        if self.size < 16:
+            raise ValueError("size must be at least 16 bytes (the body carries its index)")
+        for name in (
+            "messages",
+            "batch",
+            "window",
+            "depth",
+            "fill",
+            "repeat",
+            "producers",
+            "consumers",
+            "max_file_size",
+            "max_deliveries",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.pin_every is not None and self.pin_every < 2:
+            raise ValueError("pin_every must be at least 2")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError("threshold must be in (0, 1]")
+        if self.interval <= 0:
+            raise ValueError("interval must be positive")
+
+    @property
+    def pin_period(self) -> int:
+        """P: one message in P is pinned (dlq-heavy 1000, selector-skip 500)."""
+        if self.pin_every is not None:
+            return self.pin_every
+        return 500 if self.workload == "selector-skip" else 1000
+
+    @property
+    def store_size_limit(self) -> int | None:
+        """max_store_size; priority-pin gets 32 data files by default so it can fill up."""
+        if self.max_store_size is None and self.workload == "priority-pin":
+            return 32 * self.max_file_size
+        return self.max_store_size
+
+    @property
+    def pin_rounds(self) -> int:
+        """priority-pin rounds: by default four times what max_store_size holds in files."""
+        if self.rounds is not None:
+            return self.rounds
+        limit = self.store_size_limit or 32 * self.max_file_size
+        return 4 * max(1, limit // self.max_file_size)
+
+    def compaction_variants(self) -> list[bool]:
+        """The msgcask variants to run: True = compaction on."""
+        return {"on": [True], "off": [False], "both": [True, False]}[self.compaction]
+
+    def as_params(self) -> dict[str, Any]:
+        """The parameters as stored in the result (resolved defaults included)."""
+        params = dataclasses.asdict(self)
+        params.pop("progress")
+        params["pin_every"] = self.pin_period
+        params["max_store_size"] = self.store_size_limit
+        params["rounds"] = self.pin_rounds
+        return params

@@ -1,0 +1,96 @@
+"""Reopen time after kill -9: a child process fills a store and is killed mid-put.
+
+The parent runs ``python -m msgcask.workloads.crash``, waits until the child
+says it has put ``crash_messages`` messages, lets it go on putting for a
+moment, sends SIGKILL, then times opening the store again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from msgcask.workloads.config import RunConfig
+from msgcask.workloads.factory import make_subject
+from msgcask.workloads.payload import Payloads
+
+READY_LINE = "filled"
+FILL_TIMEOUT = 600.0  # seconds the parent waits for the child to fill
+KEEP_PUTTING = 0.2
+CHILD_LIMIT = 60.0  # a child whose parent vanished stops putting after this many seconds  # seconds between "filled" and the kill, so the kill lands mid-put
+
+
+def measure_crash_reopen(
+    name: str,
+    path: str,
+    cfg: RunConfig,
+    compaction: bool,
+) -> dict[str, Any]:
+    """Fill a store at ``path`` in a child, kill -9 it, time the reopen in this process."""
+    spec = {"name": name, "path": path, "compaction": compaction, "config": dataclasses.asdict(cfg)}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "msgcask.workloads.crash", json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = _read_line(child, FILL_TIMEOUT)
+        if line != READY_LINE:
+            err = child.stderr.read() if child.stderr and child.poll() is not None else ""
+            return {
+                "seconds": None,
+                "messages": None,
+                "error": f"child did not fill the store: {line!r} {err.strip()[-500:]}",
+            }
+        time.sleep(KEEP_PUTTING)
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    subject = make_subject(name, path, cfg, compaction)
+    start = time.perf_counter()
+    subject.open()
+    seconds = time.perf_counter() - start
+    subject.close()
+    return {
+        "seconds": seconds,
+        "messages": cfg.crash_messages,
+        "error": None,
+        "killed_by": "SIGKILL" if child.returncode == -signal.SIGKILL else child.returncode,
+    }
+
+
+def _read_line(child: subprocess.Popen[str], timeout: float) -> str:
+    import selectors
+
+    assert child.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(child.stdout, selectors.EVENT_READ)
+    if not sel.select(timeout):
+        return "<timeout>"
+    return child.stdout.readline().strip()
+
+
+def _child(spec: dict[str, Any]) -> None:
+    cfg = RunConfig(**spec["config"])
+    subject = make_subject(spec["name"], spec["path"], cfg, spec["compaction"])
+    subject.open()
+    payloads = Payloads(cfg.size, cfg.size_mix, cfg.seed)
+    for i in range(cfg.crash_messages):
+        subject.put(payloads.body(i))
+    print(READY_LINE, flush=True)
+    i, deadline = cfg.crash_messages, time.monotonic() + CHILD_LIMIT
+    while time.monotonic() < deadline:  # until the parent's SIGKILL; bounded if it died
+        subject.put(payloads.body(i))
+        i += 1
+
+
+if __name__ == "__main__":
+    _child(json.loads(sys.argv[1]))

@@ -1,0 +1,137 @@
+"""The plain-text summary of a result: aligned tables, no colour, no box drawing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MiB = 2**20
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """Columns padded to their widest cell; numbers right-aligned, text left-aligned."""
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+
+    def line(cells: list[str]) -> str:
+        out = []
+        for i, (cell, w) in enumerate(zip(cells, widths, strict=True)):
+            out.append(cell.ljust(w) if i == 0 else cell.rjust(w))
+        return "  ".join(out).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def fmt(value: float | None, spec: str = ".0f", scale: float = 1.0) -> str:
+    return "-" if value is None else format(value * scale, spec)
+
+
+def summary(doc: dict[str, Any]) -> str:
+    """Everything a reader needs from a result, as text."""
+    p = doc["params"]
+    head = (
+        f"workload {doc['workload']}: messages={p['messages']} size="
+        f"{'mix' if p['size_mix'] else p['size']} batch={p['batch']} sync={p['sync']} "
+        f"max_file_size={p['max_file_size']} threshold={p['threshold']} "
+        f"producers={p['producers']} consumers={p['consumers']}"
+    )
+    rows = []
+    for r in doc["runs"]:
+        lat, sp, comp = r["latency"], r["space"], r["compaction"] or {}
+        crash = (r["reopen"]["crash"] or {}).get("seconds")
+        rows.append(
+            [
+                r["label"],
+                r["status"],
+                fmt(r["throughput"]["put_per_s"]),
+                fmt(r["throughput"]["get_ack_per_s"]),
+                fmt(lat["put"]["p50"], ".3f", 1e3),
+                fmt(lat["put"]["p99"], ".3f", 1e3),
+                fmt(lat["get_ack"]["p99"], ".3f", 1e3),
+                fmt(sp["max_disk_bytes"], ".1f", 1 / MiB),
+                fmt(sp["final_disk_bytes"], ".1f", 1 / MiB),
+                fmt(sp["max_amplification"], ".1f"),
+                fmt(r["write_amplification"], ".2f"),
+                fmt(r["peak_rss_bytes"], ".0f", 1 / MiB),
+                str(comp["passes"]) if comp.get("passes") is not None else "-",
+                fmt(r["reopen"]["clean_seconds"], ".3f"),
+                fmt(crash, ".3f"),
+            ]
+        )
+    parts = [
+        head,
+        "",
+        table(
+            [
+                "run",
+                "status",
+                "put/s",
+                "get+ack/s",
+                "put p50 ms",
+                "put p99 ms",
+                "get+ack p99 ms",
+                "max disk MiB",
+                "final disk MiB",
+                "max disk/live",
+                "write amp",
+                "peak RSS MiB",
+                "passes",
+                "reopen s",
+                "crash reopen s",
+            ],
+            rows,
+        ),
+    ]
+    if doc["ratios"]:
+        ratio_rows = [
+            [
+                x["other"],
+                fmt(x["put_throughput"], ".2f"),
+                fmt(x["get_ack_throughput"], ".2f"),
+                fmt(x["put_p99"], ".2f"),
+                fmt(x["max_disk"], ".3f"),
+                fmt(x["final_disk"], ".3f"),
+            ]
+            for x in doc["ratios"]
+        ]
+        base = doc["ratios"][0]["base"]
+        parts += [
+            "",
+            f"ratios {base} / other (throughput > 1 and disk < 1 favour msgcask):",
+            table(["other", "put/s", "get+ack/s", "put p99", "max disk", "final disk"], ratio_rows),
+        ]
+    for r in doc["runs"]:
+        for e in r["errors"]:
+            parts.append(f"{r['label']}: error: {e}")
+        for n in r["notes"]:
+            parts.append(f"{r['label']}: note: {n}")
+        parts.extend(_phase_lines(r))
+    for s in doc["skipped"]:
+        parts.append(f"skipped {s['subject']}: {s['reason']}")
+    if doc["plots"]:
+        parts.append("")
+        parts.extend(f"plot {name}: {path}" for name, path in doc["plots"].items())
+    return "\n".join(parts)
+
+
+def _phase_lines(run: dict[str, Any]) -> list[str]:
+    ph, label, out = run["phases"], run["label"], []
+    if "drain_history" in ph:
+        d = ph["drain_history"]
+        files = ", ".join(str(x["data_files"]) for x in d["drains"])
+        out.append(
+            f"{label}: after/fresh put/s {fmt(d['put_throughput_ratio'], '.2f')}, "
+            f"get+ack/s {fmt(d['get_ack_throughput_ratio'], '.2f')}, put p99 "
+            f"{fmt(d['put_p99_ratio'], '.2f')}; data files after each drain: {files}"
+        )
+    if "priority_pin" in ph:
+        d = ph["priority_pin"]
+        out.append(
+            f"{label}: {d['rounds_completed']} of {d['rounds']} rounds "
+            f"({d['high_per_round']} high-priority messages each)"
+        )
+    if "deep_queue" in ph:
+        dec = ph["deep_queue"]["deciles"]
+        p99s = " ".join(fmt(x["put_p99"], ".2f", 1e3) for x in dec)
+        out.append(f"{label}: put p99 ms per tenth of the depth: {p99s}")
+    return out

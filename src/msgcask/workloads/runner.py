@@ -1,0 +1,188 @@
+"""Runs one workload against msgcask (compaction on and/or off) and the chosen peers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from msgcask.workloads.config import RunConfig
+from msgcask.workloads.crash import measure_crash_reopen
+from msgcask.workloads.definitions import (
+    WORKLOADS,
+    Context,
+    expected_operations,
+    missing_capabilities,
+)
+from msgcask.workloads.factory import MSGCASK, make_subject
+from msgcask.workloads.payload import Payloads
+from msgcask.workloads.recorder import GET_ACK, OPS, PUT, Recorder
+from msgcask.workloads.result import build_result
+from msgcask.workloads.sampler import Sampler, written_bytes
+from msgcask.workloads.subjects import PEERS, peer_unavailable
+
+Echo = Callable[[str], None]
+
+
+def label_of(name: str, compaction: bool) -> str:
+    """The name a run goes by in the result, the table and the plots."""
+    if name == MSGCASK:
+        return f"msgcask[compaction {'on' if compaction else 'off'}]"
+    return name
+
+
+def run_workload(
+    cfg: RunConfig, workdir: str | None = None, echo: Echo | None = None
+) -> dict[str, Any]:
+    """Run ``cfg.workload`` on every subject; return the result document (not yet written)."""
+    say = echo or (lambda _msg: None)
+    plan: list[tuple[str, bool]] = [(MSGCASK, c) for c in cfg.compaction_variants()]
+    skipped: list[dict[str, str]] = []
+    for peer in cfg.peers:
+        reason = peer_unavailable(peer)
+        if reason is None:
+            lacking = missing_capabilities(cfg.workload, PEERS[peer][0].capabilities)
+            if lacking:
+                reason = f"cannot express {cfg.workload}: no {', '.join(lacking)}"
+        if reason is not None:
+            say(f"skipping peer {peer}: {reason}")
+            skipped.append({"subject": peer, "reason": reason})
+        else:
+            plan.append((peer, True))
+    runs = []
+    base = tempfile.mkdtemp(prefix="msgcask-bench-", dir=workdir)
+    try:
+        for name, compaction in plan:
+            say(f"running {cfg.workload} on {label_of(name, compaction)}")
+            runs.append(run_one(cfg, name, compaction, base))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return build_result(cfg, runs, skipped)
+
+
+def run_one(cfg: RunConfig, name: str, compaction: bool, base: str) -> dict[str, Any]:
+    """One subject, one workload: the run object of the result."""
+    label = label_of(name, compaction)
+    path = os.path.join(base, label.replace("[", "-").replace("]", "").replace(" ", "-"))
+    subject = make_subject(name, path, cfg, compaction)
+    subject.open()
+    ctx = Context(subject, cfg, Payloads(cfg.size, cfg.size_mix, cfg.seed))
+    bar = _progress(cfg, label)
+
+    def on_sample(s: dict[str, Any]) -> None:
+        if bar is not None:
+            bar.n = s["messages_put"] + s["messages_acked"]
+            bar.refresh()
+
+    wchar0 = written_bytes()
+    sampler = Sampler(subject, ctx.t0, cfg.interval, ctx.totals, on_sample)
+    sampler.start()
+    try:
+        WORKLOADS[cfg.workload](ctx)
+    except Exception as e:  # noqa: BLE001 - the run records its failure and the others go on
+        ctx.fail("workload", e)
+    duration = time.perf_counter() - ctx.t0
+    sampler.stop()
+    if bar is not None:
+        bar.close()
+    wchar1 = written_bytes()
+    final_stats = subject.store_stats()
+    files = subject.file_map()
+    reopen: dict[str, Any] = {"clean_seconds": None, "close_seconds": None, "crash": None}
+    start = time.perf_counter()
+    subject.close()
+    reopen["close_seconds"] = time.perf_counter() - start
+    if cfg.reopen:
+        start = time.perf_counter()
+        subject.open()
+        reopen["clean_seconds"] = time.perf_counter() - start
+        subject.close()
+        shutil.rmtree(path, ignore_errors=True)
+        try:
+            reopen["crash"] = measure_crash_reopen(name, path + "-crash", cfg, compaction)
+        except Exception as e:  # noqa: BLE001 - a failed crash measurement is reported
+            reopen["crash"] = {
+                "seconds": None,
+                "messages": None,
+                "error": f"{type(e).__name__}: {e}",
+            }
+        shutil.rmtree(path + "-crash", ignore_errors=True)
+    shutil.rmtree(path, ignore_errors=True)
+
+    whole = Recorder(ctx.t0)
+    for rec in ctx.recorders.values():
+        whole.extend(rec)
+    bytes_put = whole.bytes(PUT)
+    io_written = (wchar1 - wchar0) if wchar0 is not None and wchar1 is not None else None
+    counts = {k: v for k, v in ctx.counts.items() if not k.startswith("settled:")}
+    counts.update({"put": whole.messages(PUT), "acked": whole.messages(GET_ACK)})
+    status = "ok"
+    if ctx.errors:
+        status = "failed"
+    elif ctx.stop.is_set():
+        status = "incomplete"
+    return {
+        "subject": name,
+        "label": label,
+        "compaction": compaction if name == MSGCASK else None,
+        "sync": subject.sync_note,
+        "status": status,
+        "errors": ctx.errors + [f"sampler: {e}" for e in sampler.errors[:5]],
+        "notes": ctx.notes,
+        "duration_seconds": duration,
+        "counts": counts,
+        "throughput": {
+            "put_per_s": whole.throughput(PUT),
+            "get_ack_per_s": whole.throughput(GET_ACK),
+        },
+        "latency": {op: whole.summary(op) for op in OPS},
+        "latency_windows": whole.windows(cfg.interval),
+        "samples": sampler.samples,
+        "compaction_events": sampler.compaction_events,
+        "final_stats": final_stats,
+        "files": files,
+        "bytes_put": bytes_put,
+        "io_bytes_written": io_written,
+        "reopen": reopen,
+        "phases": ctx.phases,
+    }
+
+
+def _progress(cfg: RunConfig, label: str) -> Any:
+    if not cfg.progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(
+        total=expected_operations(cfg),
+        desc=f"{cfg.workload} {label}",
+        unit="op",
+        leave=False,
+        mininterval=0.5,
+    )
+
+
+def run_and_write(
+    cfg: RunConfig,
+    out_dir: str,
+    stem: str | None = None,
+    workdir: str | None = None,
+    plots: bool = True,
+    echo: Echo | None = None,
+) -> tuple[dict[str, Any], str]:
+    """Run, then write ``<stem>.json`` and the PNG plots into ``out_dir``; return both."""
+    from msgcask.workloads.result import write_json
+
+    doc = run_workload(cfg, workdir, echo)
+    os.makedirs(out_dir, exist_ok=True)
+    stem = stem or cfg.workload
+    if plots:
+        from msgcask.workloads.plots import write_plots
+
+        doc["plots"] = write_plots(doc, out_dir, stem)
+    path = os.path.join(out_dir, f"{stem}.json")
+    write_json(doc, path)
+    return doc, path

@@ -1,0 +1,45 @@
+"""Subjects: msgcask and the peers, behind one interface (``base.Subject``).
+
+Peers are optional: ``peer_unavailable`` says why one cannot run (its package
+is missing) without importing anything heavy up front.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from msgcask.workloads.subjects.base import Subject
+from msgcask.workloads.subjects.diskcache_deque import DiskcacheDequeSubject
+from msgcask.workloads.subjects.litequeue_table import LiteQueueSubject
+from msgcask.workloads.subjects.persistqueue_ack import PersistQueueAckSubject
+from msgcask.workloads.subjects.persistqueue_file import PersistQueueFileSubject
+from msgcask.workloads.subjects.sqlite_table import SqliteSubject
+
+# name -> (class, the module it needs)
+PEERS: dict[str, tuple[type[Subject], str]] = {
+    "sqlite3": (SqliteSubject, "sqlite3"),
+    "persistqueue-ack": (PersistQueueAckSubject, "persistqueue"),
+    "persistqueue-file": (PersistQueueFileSubject, "persistqueue"),
+    "litequeue": (LiteQueueSubject, "litequeue"),
+    "diskcache-deque": (DiskcacheDequeSubject, "diskcache"),
+}
+
+
+def peer_unavailable(name: str) -> str | None:
+    """Why peer ``name`` cannot run here, or None if it can."""
+    if name not in PEERS:
+        return f"unknown peer; known: {', '.join(PEERS)}"
+    module = PEERS[name][1]
+    if importlib.util.find_spec(module) is None:
+        return f"package for {module!r} is not installed (pip install 'msgcask[bench]')"
+    return None
+
+
+def parse_peers(spec: str) -> list[str]:
+    """``none``, ``all`` or a comma-separated list of peer names."""
+    spec = spec.strip()
+    if spec in ("", "none"):
+        return []
+    if spec == "all":
+        return list(PEERS)
+    return [p.strip() for p in spec.split(",") if p.strip()]
