@@ -31,6 +31,7 @@ from msgcask.errors import (
     Empty,
     MessageTooLargeError,
     NotAStoreError,
+    StoreFullError,
 )
 from msgcask.index import keys
 from msgcask.index.accounting import FileAccount
@@ -39,7 +40,7 @@ from msgcask.index.env import IndexEnv, boot_id
 from msgcask.index.keys import STATE_ACKED, Live
 from msgcask.message import Message
 from msgcask.options import Options
-from msgcask.stats import CompactionStats, FileStats, StoreStats
+from msgcask.stats import CompactionReport, FileStats, KeptReport, StoreStats
 from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.filenames import (
@@ -183,7 +184,11 @@ class Store:
         highest_file = max(files.handles, default=0)
         self._next_file_id = max(highest_file + 1, env.get_u64(keys.META_NEXT_FILE, 1))
         self._bytes_put = 0
-        self._compaction_totals = CompactionStats()
+        # Sum of data-file sizes, kept up to date so space checks cost nothing.
+        self._data_bytes = sum(a.size for a in self._acct.files.values() if not a.retired)
+        from msgcask.compactor.runner import Compactor
+
+        self._compactor = Compactor(self)
         journal_ids = [f for f, h in files.headers.items() if h.kind == fmt.KIND_JOURNAL]
         if journal_ids:
             head_id = max(journal_ids)
@@ -218,6 +223,7 @@ class Store:
         self._acct.add(
             FileAccount(file_id, fmt.KIND_JOURNAL, size=handle.size, created=time.time())
         )
+        self._data_bytes += handle.size
 
     def _allocate_file_id(self) -> int:
         file_id = self._next_file_id
@@ -314,6 +320,7 @@ class Store:
     def _append(self, data: bytes) -> Position:
         file_id, offset = self._journal.append(data)
         self._acct[file_id].size += len(data)
+        self._data_bytes += len(data)
         if self._env.changes > _MAX_CHANGES_PER_COMMIT:
             self._commit_index()
         return file_id, offset
@@ -337,8 +344,28 @@ class Store:
                 "the header); raise max_file_size or send smaller messages/batches"
             )
 
-    def _make_room(self, size: int) -> None:
-        """Hook for space pressure; the compactor replaces it (see compactor/)."""
+    def _ensure_room(self, size: int) -> None:
+        """Space pressure (call without the lock): if ``size`` more bytes would
+        bring the data files near ``max_store_size``, compact first. Leaves
+        one data file of headroom for the compaction's own copy."""
+        limit = self.options.max_store_size
+        if limit is None:
+            return
+        reserve = self.options.max_file_size
+        if self._data_bytes + size + reserve > limit:
+            self._compactor.make_room(size + reserve, limit)
+
+    def _check_fits(self, size: int) -> None:
+        """Raise StoreFullError (changing nothing) if ``size`` bytes cannot fit."""
+        limit = self.options.max_store_size
+        if limit is None or self._data_bytes + size + fmt.FILE_HEADER_SIZE <= limit:
+            return
+        live = sum(a.live_bytes for a in self._acct.files.values())
+        raise StoreFullError(
+            f"cannot store {size} more bytes: the data files take {self._data_bytes} bytes of "
+            f"max_store_size={limit}, of which {live} bytes are live messages and the rest "
+            "could not be reclaimed yet. Consume (ack) messages or raise max_store_size."
+        )
 
     # -- queues ----------------------------------------------------------------------
 
@@ -432,13 +459,13 @@ class Store:
 
     def _put(self, name: str, body: bytes, headers: dict[str, str] | None, priority: int) -> int:
         hbytes = codec.encode_headers(headers)
+        size = codec.put_record_size(name.encode(), hbytes, len(body))
+        self._check_record_size(size)
+        self._ensure_room(size)
         with self._lock:
             self._check_open()
             rt = self._runtime(name)
-            size = codec.put_record_size(rt.name_bytes, hbytes, len(body))
-            self._check_record_size(size)
-            if self.options.max_store_size is not None:
-                self._make_room(size)
+            self._check_fits(size)
             msg_id = self._next_id
             record = codec.encode_put(msg_id, rt.name_bytes, priority, 0, hbytes, body)
             file_id, offset = self._append(record)
@@ -454,6 +481,12 @@ class Store:
     def _write_batch(self, puts: list[_PendingPut], acks: list[int]) -> list[int]:
         """Write puts and acks as one all-or-nothing batch; return the new ids."""
         encoded = [(p, codec.encode_headers(p.headers)) for p in puts]
+        estimate = (
+            sum(codec.put_record_size(p.queue.encode(), h, len(p.body)) for p, h in encoded)
+            + (len(acks) + 1) * 32
+        )
+        self._check_record_size(estimate)
+        self._ensure_room(estimate)
         with self._lock:
             self._check_open()
             seen: set[int] = set()
@@ -480,9 +513,8 @@ class Store:
             length = sum(len(r) for r in records)
             header = codec.encode_batch_header(len(records), length)
             self._check_record_size(len(header) + length)
+            self._check_fits(len(header) + length)
             put_bytes = sum(len(r) for r in records[: len(puts)])
-            if self.options.max_store_size is not None:
-                self._make_room(len(header) + length)
             file_id, offset = self._append(header + b"".join(records))
             self._next_id = next_id
             offset += len(header)
@@ -727,10 +759,64 @@ class Store:
                 live_messages=sum(self._catalog.counts.values()),
                 data_files=len(files),
                 files=files,
-                bytes_written=self._journal.bytes_written + self._compaction_totals.bytes_copied,
+                bytes_written=self._journal.bytes_written + self._compactor.totals.bytes_copied,
                 bytes_put=self._bytes_put,
-                compaction=self._compaction_totals,
+                compaction=self._compactor.totals,
                 corruptions=list(self._corruptions),
+            )
+
+    # -- compaction --------------------------------------------------------------------
+
+    def compact(self, threshold: float | None = None) -> CompactionReport:
+        """Run one compaction pass now and report what it did.
+
+        ``threshold`` overrides ``compaction_threshold`` for this pass: files
+        whose live fraction is below it are rewritten (1.0 rewrites every file
+        with any dead bytes). Files holding nothing needed are always deleted.
+        """
+        if threshold is not None:
+            Options(compaction_threshold=threshold)  # validates, raising TypeError/ValueError
+        self._check_open()
+        return self._compactor.run(threshold=threshold)
+
+    def _compact_in_background(self) -> None:
+        if not self._closed and not self._scheduler.paused:
+            self._compactor.run()
+
+    def pause_compaction(self) -> None:
+        """Stop background passes (a running pass finishes); space pressure still compacts."""
+        self._scheduler.pause()
+
+    def resume_compaction(self) -> None:
+        self._scheduler.resume()
+
+    @property
+    def last_compaction(self) -> CompactionReport | None:
+        """The report of the most recent pass (background or not), or None."""
+        return self._compactor.last
+
+    def why_kept(self, file_id: int) -> KeptReport:
+        """Say what keeps data file ``file_id`` on disk: live messages (queue, id),
+        ACKs still needed (id, file of the PUT they cancel) and delivery counts."""
+        from msgcask.compactor import needed
+
+        if isinstance(file_id, bool) or not isinstance(file_id, int):
+            raise TypeError(f"file_id must be an int, got {type(file_id).__name__}")
+        with self._lock:
+            self._check_open()
+            account = self._acct.files.get(file_id)
+            if account is None or account.retired:
+                known = sorted(f for f, a in self._acct.files.items() if not a.retired)
+                raise ValueError(f"no data file {file_id}; the store has files {known}")
+            records = needed.parse(self._handles[file_id].read_all())
+            found = needed.classify(self._catalog, file_id, records)
+            names = {qid: name for name, qid in self._catalog.queue_ids.items()}
+            return KeptReport(
+                file_id,
+                [(names.get(e.queue_id, "?"), msg_id) for msg_id, _, e in found.puts],
+                found.acks,
+                [msg_id for msg_id, _ in found.delivers],
+                file_id == self._journal.head_id,
             )
 
     def _message_state(self, msg_id: int) -> str:

@@ -1,0 +1,98 @@
+"""Which files to compact, in what order, within which budget. Pure: no I/O.
+
+Two kinds of knob, as in Bitcask: triggers decide *whether* a pass runs
+(``compaction_interval``, space pressure, ``compact()``), thresholds decide
+*which* files it touches. The threshold is the user's; the order is ours:
+
+- a file with nothing needed in it is deleted whole, at no copying cost;
+- a file whose live fraction is below the threshold is rewritten; victims are
+  taken in order of benefit/cost as in log-structured file systems,
+  ``(1 - u) * age / (1 + u)`` for live fraction ``u``: space freed per byte
+  copied, weighted by age so that files still dying (young) are left to die
+  and cold files are compacted once rather than again and again;
+- small sealed files (each pass writes a new compacted file) are merged, so
+  their number stays bounded however many passes run;
+- victims are added while their copying cost fits the byte budget (at least
+  one victim per pass, so a pass always makes progress).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# An ACK or DELIVER record carried forward costs about this many bytes.
+MARK_COST = 24
+
+
+@dataclass(frozen=True, slots=True)
+class FileView:
+    """What the policy knows of a data file."""
+
+    file_id: int
+    size: int
+    live_bytes: int
+    live_messages: int
+    needed_marks: int
+    age: float  # seconds since the file was created
+    active: bool  # the journal's write head: never touched
+
+    @property
+    def reclaimable(self) -> bool:
+        return not self.active and self.live_messages == 0 and self.needed_marks == 0
+
+    @property
+    def copy_cost(self) -> int:
+        return self.live_bytes + self.needed_marks * MARK_COST
+
+    @property
+    def live_ratio(self) -> float:
+        return self.copy_cost / self.size if self.size else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    reclaim: list[int]  # delete whole
+    rewrite: list[int]  # copy what is needed, then delete
+
+    def __bool__(self) -> bool:
+        return bool(self.reclaim or self.rewrite)
+
+
+def benefit_cost(f: FileView) -> float:
+    u = min(f.live_ratio, 1.0)
+    return (1.0 - u) * max(f.age, 1e-3) / (1.0 + u)
+
+
+def plan(
+    files: list[FileView],
+    *,
+    threshold: float,
+    budget: int,
+    small_file: int,
+) -> Plan:
+    """Choose what one pass does.
+
+    ``threshold``: files whose live fraction is below it are rewritten.
+    ``budget``: bytes a pass may copy (the first victim is always allowed).
+    ``small_file``: sealed files smaller than this are merged when there are
+    two or more of them.
+    """
+    reclaim = sorted(f.file_id for f in files if f.reclaimable)
+    sealed = [f for f in files if not f.active and not f.reclaimable]
+    sparse = [f for f in sealed if f.live_ratio < threshold]
+    small = [f for f in sealed if f.size < small_file and f not in sparse]
+    if len(small) < 2:
+        small = []
+    candidates = sorted(sparse, key=benefit_cost, reverse=True) + sorted(
+        small, key=lambda f: f.size
+    )
+    rewrite: list[int] = []
+    spent = 0
+    for f in candidates:
+        if rewrite and spent + f.copy_cost > budget:
+            continue
+        rewrite.append(f.file_id)
+        spent += f.copy_cost
+    if len(rewrite) == 1 and rewrite[0] in {f.file_id for f in small}:
+        rewrite = []  # merging one small file with nothing would only move it
+    return Plan(reclaim, rewrite)

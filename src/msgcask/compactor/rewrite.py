@@ -1,0 +1,173 @@
+"""Rewriting victims: copy what is still needed into a compacted file, swap, delete.
+
+Steps, with the crash point after each (see docs/design.md for why each crash
+is safe):
+
+1. read each victim (sealed files never change, so without the lock) and ask
+   the index, under the lock, what in it is needed (compactor/needed.py);
+2. write a new compacted file: header, MANIFEST (the victims' ids), then the
+   live PUT records (re-encoded with the current delivery count), the needed
+   ACK and DELIVER records; fsync it and the directory;
+3. swap, under the lock, in one index transaction: each copied message is
+   pointed at its copy only if the index still has it in the victim
+   (compare-and-swap; a message acked meanwhile keeps its ACK, and the copy is
+   dead), carried ACK/DELIVER records take over from the victim's, the victims'
+   dead PUT records release their ACKs, and the victims are retired; commit;
+4. delete the victims (compactor/reclaim.py).
+
+Compacted files are never the journal's write head, so messages that survive
+long enough to be copied end up together, apart from fresh traffic, and are
+not copied again until they are consumed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from msgcask.compactor import needed
+from msgcask.compactor.reclaim import delete_retired, reclaim
+from msgcask.errors import Error
+from msgcask.index.accounting import FileAccount
+from msgcask.store import codec
+from msgcask.store import format as fmt
+from msgcask.store.filenames import data_file_name
+from msgcask.store.fs import DataFile, crash_point
+
+if TYPE_CHECKING:
+    from msgcask.db import Store
+
+log = logging.getLogger("msgcask")
+
+
+@dataclass
+class _Copy:
+    rtype: int
+    msg_id: int
+    victim: int
+    data: bytes
+    count: int  # deliveries carried by the copy
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteResult:
+    files_rewritten: int
+    bytes_copied: int
+    bytes_reclaimed: int
+
+
+def rewrite(store: Store, victims: list[int]) -> RewriteResult:
+    copies: list[_Copy] = []
+    put_ids: dict[int, list[int]] = {}
+    for victim in victims:
+        buf = store._handles[victim].read_all()
+        records = needed.parse(buf)
+        with store._lock:
+            if victim == store._journal.head_id or store._acct.peek(victim).retired:
+                continue
+            found = needed.classify(store._catalog, victim, records)
+        put_ids[victim] = found.all_put_ids
+        for msg_id, item, entry in found.puts:
+            data = buf[item.offset : item.end]
+            put = codec.decode_put_meta(buf, item.payload_start)
+            if put.deliveries != entry.deliveries:
+                full = codec.decode_put(buf, item.payload_start, item.end)
+                data = codec.encode_put(
+                    msg_id,
+                    full.queue.encode(),
+                    full.priority,
+                    entry.deliveries,
+                    codec.encode_headers(full.headers),
+                    full.body,
+                )
+            copies.append(_Copy(fmt.TYPE_PUT, msg_id, victim, data, entry.deliveries))
+        for msg_id, _put_file in found.acks:
+            copies.append(_Copy(fmt.TYPE_ACK, msg_id, victim, codec.encode_ack(msg_id), 0))
+        for msg_id, count in found.delivers:
+            copies.append(
+                _Copy(fmt.TYPE_DELIVER, msg_id, victim, codec.encode_deliver(msg_id, count), count)
+            )
+        time.sleep(0)  # let foreground threads run between victims
+    victims = list(put_ids)
+    if not victims:
+        return RewriteResult(0, 0, 0)
+    if not copies:  # everything died since the plan: plain deletion will do
+        files, freed = reclaim(store, victims)
+        return RewriteResult(files, 0, freed)
+
+    out_id, out, offsets = _write_output(store, victims, copies)
+
+    with store._lock:
+        store._handles[out_id] = out
+        store._acct.add(FileAccount(out_id, fmt.KIND_COMPACTED, size=out.size, created=time.time()))
+        store._data_bytes += out.size
+        catalog = store._catalog
+        for copy, offset in zip(copies, offsets, strict=True):
+            if copy.rtype == fmt.TYPE_PUT:
+                catalog.relocate(
+                    copy.msg_id, copy.victim, out_id, offset, len(copy.data), copy.count
+                )
+            elif copy.rtype == fmt.TYPE_ACK:
+                catalog.carry_ack(copy.msg_id, copy.victim, out_id)
+            else:
+                catalog.carry_deliver(copy.msg_id, copy.count, copy.victim, out_id)
+        retired = []
+        for victim in victims:
+            catalog.release_dead_puts(victim, put_ids[victim])
+            acct = store._acct[victim]
+            if acct.live_messages or acct.needed_marks or acct.dead_puts:
+                log.error(
+                    "msgcask: victim %d still holds needed records after the swap (%s); kept",
+                    victim,
+                    acct,
+                )
+                continue
+            acct.retired = True
+            retired.append(victim)
+        crash_point("compact.before_swap_commit")
+        store._commit_index()
+    crash_point("compact.after_swap_commit")
+    freed = delete_retired(store, retired)
+    # Net bytes: what the victims held minus what their copy takes.
+    return RewriteResult(len(retired), out.size, freed - out.size)
+
+
+def _write_output(
+    store: Store, victims: list[int], copies: list[_Copy]
+) -> tuple[int, DataFile, list[int]]:
+    with store._lock:
+        out_id = store._allocate_file_id()
+        id_floor = store._next_id
+    path = os.path.join(store.path, data_file_name(out_id))
+    out = store._fs.create(path)
+    try:
+        out.append(codec.encode_file_header(fmt.KIND_COMPACTED, out_id, id_floor))
+        out.append(codec.encode_manifest(victims))
+        offsets: list[int] = []
+        batch: list[bytes] = []
+        pos = out.size
+        for copy in copies:
+            offsets.append(pos)
+            pos += len(copy.data)
+            batch.append(copy.data)
+            if len(batch) >= 256:
+                out.append(b"".join(batch))
+                batch.clear()
+                time.sleep(0)  # let foreground threads run between batches
+        if batch:
+            out.append(b"".join(batch))
+        crash_point("compact.before_output_fsync")
+        out.fsync()
+        store._fs.fsync_dir(store.path)
+    except OSError as e:
+        # Nothing points at the copy yet: remove it and leave the victims alone.
+        out.close()
+        with contextlib.suppress(OSError):
+            store._fs.unlink(path)
+        raise Error(f"compaction could not write {path}: {e.strerror}; nothing changed") from e
+    crash_point("compact.after_output_fsync")
+    return out_id, out, offsets
