@@ -819,6 +819,14 @@ class Store:
                 file_id == self._journal.head_id,
             )
 
+    def verify(self) -> list[str]:
+        """Check the index against the data files; return the problems found
+        (empty when the store is consistent). Reads every data file: slow on
+        big stores, meant for tests and ``msgcask check``."""
+        from msgcask.check import verify
+
+        return verify(self)
+
     def _message_state(self, msg_id: int) -> str:
         """ "live", "delivered", "acked", "quarantined" or "unknown" (for tests and check)."""
         with self._lock:

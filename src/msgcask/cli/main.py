@@ -1,0 +1,128 @@
+"""The ``msgcask`` command: inspect, check and compact stores; run workloads.
+
+``check`` and ``dump`` only read data files, so they are safe on a store that
+another process has open. ``stats``, ``why-kept`` and ``compact`` open the
+store, so they need it closed elsewhere (the lock says who holds it).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+import msgcask
+from msgcask.check import scan_files
+from msgcask.cli.bench import bench, demo
+from msgcask.store.filenames import LOCK_FILE
+from msgcask.store.lockfile import lock_holder
+
+
+@click.group()
+@click.version_option(msgcask.__version__, prog_name="msgcask")
+def main() -> None:
+    """msgcask: an embeddable persistent message store."""
+
+
+def _open(path: str) -> msgcask.Store:
+    try:
+        return msgcask.open(path, compaction_interval=None)
+    except msgcask.Error as e:
+        raise click.ClickException(str(e)) from e
+
+
+@main.command()
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--index/--no-index",
+    default=True,
+    help="Also verify the index against the data files (needs the store closed).",
+)
+def check(path: str, index: bool) -> None:
+    """Scan every data file for damage; exit 1 if any problem is found."""
+    report = scan_files(path)
+    problems = report.problems
+    for f in report.files:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(f.records.items())) or "no records"
+        click.echo(f"{f.path}: {f.size} bytes, {counts}")
+    holder = lock_holder(f"{path}/{LOCK_FILE}")
+    if index and holder is None:
+        with _open(path) as store:
+            problems += [f"index: {p}" for p in store.verify()]
+    elif index:
+        click.echo(f"index not checked: the store is open in process {holder}")
+    click.echo(f"{len(report.live_ids)} live messages in {len(report.files)} data files")
+    for problem in problems:
+        click.echo(f"PROBLEM: {problem}", err=True)
+    if problems:
+        sys.exit(1)
+    click.echo("ok")
+
+
+@main.command()
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+def stats(path: str) -> None:
+    """Print sizes, live data and per-file accounting."""
+    with _open(path) as store:
+        st = store.stats()
+        click.echo(f"data files   {st.data_files}")
+        click.echo(f"disk bytes   {st.disk_bytes} (data {st.data_bytes}, index {st.index_bytes})")
+        click.echo(f"live         {st.live_messages} messages, {st.live_bytes} bytes")
+        for name in store.queues():
+            click.echo(f"queue        {name}: {len(store.queue(name))}")
+        click.echo(f"{'file':>10} {'kind':>9} {'size':>12} {'live':>12} {'msgs':>8}  kept by")
+        for f in st.files:
+            click.echo(
+                f"{f.file_id:>10} {f.kind:>9} {f.size:>12} {f.live_bytes:>12} "
+                f"{f.live_messages:>8}  {f.kept_by}"
+            )
+
+
+@main.command("why-kept")
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.argument("file_id", type=int)
+def why_kept(path: str, file_id: int) -> None:
+    """Say which live messages and needed acks keep data file FILE_ID."""
+    with _open(path) as store:
+        try:
+            report = store.why_kept(file_id)
+        except ValueError as e:
+            raise click.ClickException(str(e)) from e
+    if report.active:
+        click.echo("the journal's write head (never deleted while active)")
+    for queue, msg_id in report.live_messages:
+        click.echo(f"live message {msg_id} in queue {queue!r}")
+    for msg_id, put_file in report.needed_acks:
+        click.echo(f"ack of message {msg_id}, needed while file {put_file} holds its record")
+    for msg_id in report.needed_deliveries:
+        click.echo(f"delivery count of live message {msg_id}")
+    if report.reclaimable:
+        click.echo("nothing: the next compaction pass deletes it")
+
+
+@main.command()
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=None,
+    help="Rewrite files whose live fraction is below this (default: the store's).",
+)
+def compact(path: str, threshold: float | None) -> None:
+    """Run one compaction pass and report it."""
+    with _open(path) as store:
+        before = store.stats().data_bytes
+        report = store.compact(threshold=threshold)
+        after = store.stats().data_bytes
+    click.echo(
+        f"deleted {report.files_deleted} files, rewrote {report.files_rewritten}, "
+        f"copied {report.bytes_copied} bytes in {report.seconds:.3f} s; "
+        f"data {before} -> {after} bytes"
+    )
+
+
+main.add_command(bench)
+main.add_command(demo)
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
