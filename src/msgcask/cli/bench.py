@@ -299,7 +299,7 @@ def demo(
         cfg, out, stem="demo-dlq-heavy", echo=lambda m: click.echo(m, err=True)
     )
     click.echo(summary(doc))
-    runs = {r["compaction"]: r for r in doc["runs"] if r["subject"] == "msgcask"}
+    runs = {r["compaction_on"]: r for r in doc["runs"] if r["subject"] == "msgcask"}
     on, off = runs.get(True), runs.get(False)
     if on and off and on["space"]["max_disk_bytes"] and off["space"]["final_disk_bytes"]:
         click.echo(

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -34,26 +35,30 @@ def measure_crash_reopen(
 ) -> dict[str, Any]:
     """Fill a store at ``path`` in a child, kill -9 it, time the reopen in this process."""
     spec = {"name": name, "path": path, "compaction": compaction, "config": dataclasses.asdict(cfg)}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "msgcask.workloads.crash", json.dumps(spec)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = _read_line(child, FILL_TIMEOUT)
+    # stderr goes to a file: a pipe nobody reads could fill and stall the child.
+    with tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "msgcask.workloads.crash", json.dumps(spec)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+        try:
+            line = _read_line(child, FILL_TIMEOUT)
+            if line == READY_LINE:
+                time.sleep(KEEP_PUTTING)
+        finally:
+            if child.poll() is None:
+                os.kill(child.pid, signal.SIGKILL)
+            child.wait()
         if line != READY_LINE:
-            err = child.stderr.read() if child.stderr and child.poll() is not None else ""
+            err.seek(0)
+            tail = err.read().strip()[-800:]
             return {
                 "seconds": None,
                 "messages": None,
-                "error": f"child did not fill the store: {line!r} {err.strip()[-500:]}",
+                "error": f"child did not fill the store (exit {child.returncode}): {tail}",
             }
-        time.sleep(KEEP_PUTTING)
-    finally:
-        if child.poll() is None:
-            os.kill(child.pid, signal.SIGKILL)
-        child.wait()
     subject = make_subject(name, path, cfg, compaction)
     start = time.perf_counter()
     subject.open()

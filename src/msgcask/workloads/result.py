@@ -101,7 +101,7 @@ def ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ours = [r for r in runs if r["subject"] == "msgcask"]
     if not ours:
         return []
-    base = next((r for r in ours if r["compaction"]), ours[0])
+    base = next((r for r in ours if r["compaction_on"]), ours[0])
     out = []
     for other in runs:
         if other is base:

@@ -127,7 +127,7 @@ def run_one(cfg: RunConfig, name: str, compaction: bool, base: str) -> dict[str,
     return {
         "subject": name,
         "label": label,
-        "compaction": compaction if name == MSGCASK else None,
+        "compaction_on": compaction if name == MSGCASK else None,
         "sync": subject.sync_note,
         "status": status,
         "errors": ctx.errors + [f"sampler: {e}" for e in sampler.errors[:5]],

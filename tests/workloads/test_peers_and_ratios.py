@@ -1,0 +1,71 @@
+"""Peers run on the same workload; skips say why; ratios come from the runs' numbers."""
+
+from __future__ import annotations
+
+import pytest
+from workload_sizes import Run
+
+from msgcask.workloads.subjects import PEERS, parse_peers, peer_unavailable
+
+
+def test_ratios_are_msgcask_over_each_peer(run_tiny: Run) -> None:
+    doc, _ = run_tiny("steady", peers=["sqlite3", "persistqueue-file", "diskcache-deque"])
+    runs = {r["label"]: r for r in doc["runs"]}
+    assert set(runs) == {
+        "msgcask[compaction on]",
+        "sqlite3",
+        "persistqueue-file",
+        "diskcache-deque",
+    }
+    base = runs["msgcask[compaction on]"]
+    assert {x["other"] for x in doc["ratios"]} == set(runs) - {base["label"]}
+    for ratio in doc["ratios"]:
+        other = runs[ratio["other"]]
+        assert other["status"] == "ok"
+        assert other["counts"]["put"] == other["counts"]["acked"] == base["counts"]["put"]
+        assert ratio["put_throughput"] == pytest.approx(
+            base["throughput"]["put_per_s"] / other["throughput"]["put_per_s"]
+        )
+        assert ratio["get_ack_throughput"] == pytest.approx(
+            base["throughput"]["get_ack_per_s"] / other["throughput"]["get_ack_per_s"]
+        )
+        assert ratio["max_disk"] == pytest.approx(
+            base["space"]["max_disk_bytes"] / other["space"]["max_disk_bytes"]
+        )
+        assert other["space"]["max_disk_bytes"] > 0
+
+
+@pytest.mark.parametrize("peer", ["sqlite3", "persistqueue-ack", "litequeue"])
+def test_peers_that_dead_letter_run_dlq_heavy(run_tiny: Run, peer: str) -> None:
+    doc, _ = run_tiny("dlq-heavy", peers=[peer], pin_every=100)
+    (run,) = [r for r in doc["runs"] if r["subject"] == peer]
+    assert run["status"] == "ok", run["errors"]
+    dead = 1500 // 100
+    assert run["counts"]["dead_lettered"] == dead
+    assert run["counts"]["acked"] == 1500 - dead
+
+
+def test_peers_that_cannot_express_a_workload_are_skipped_with_a_reason(run_tiny: Run) -> None:
+    doc, _ = run_tiny("selector-skip", peers=["sqlite3", "diskcache-deque", "no-such-peer"])
+    reasons = {s["subject"]: s["reason"] for s in doc["skipped"]}
+    assert "selector" in reasons["sqlite3"]
+    assert "ack" in reasons["diskcache-deque"] and "selector" in reasons["diskcache-deque"]
+    assert "unknown peer" in reasons["no-such-peer"]
+    assert [r["subject"] for r in doc["runs"]] == ["msgcask"]
+
+
+def test_priority_pin_runs_on_the_sqlite_peer_in_order(run_tiny: Run) -> None:
+    doc, _ = run_tiny("priority-pin", peers=["sqlite3"])
+    (run,) = [r for r in doc["runs"] if r["subject"] == "sqlite3"]
+    # the consumer raises if a low-priority message comes before the high ones
+    assert run["status"] == "ok", run["errors"]
+    assert run["phases"]["priority_pin"]["rounds_completed"] == 12
+
+
+def test_peer_selection() -> None:
+    assert parse_peers("none") == []
+    assert parse_peers("all") == list(PEERS)
+    assert parse_peers(" sqlite3, litequeue ") == ["sqlite3", "litequeue"]
+    assert peer_unavailable("sqlite3") is None
+    reason = peer_unavailable("bogus")
+    assert reason is not None and "unknown" in reason

@@ -1,0 +1,68 @@
+"""Percentiles, windows and throughput from known latencies."""
+
+from __future__ import annotations
+
+import pytest
+
+from msgcask.workloads.config import RunConfig
+from msgcask.workloads.payload import Payloads, index_of
+from msgcask.workloads.recorder import GET_ACK, PUT, Recorder, percentile, summarize
+
+
+def test_nearest_rank_percentiles() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.5) == 50.0
+    assert percentile(values, 0.99) == 99.0
+    assert percentile(values, 1.0) == 100.0
+    assert percentile([], 0.5) is None
+    s = summarize([3.0, 1.0, 2.0])
+    assert (s["count"], s["p50"], s["max"], s["mean"]) == (3, 2.0, 3.0, 2.0)
+
+
+def test_windows_split_by_end_time_and_throughput_spans_the_ops() -> None:
+    rec = Recorder(t0=100.0)
+    log = rec.log(PUT)
+    # 10 puts in the first second (1 ms each), 10 in the third (5 ms each)
+    for k in range(10):
+        log.done(100.0 + k * 0.05, 100.0 + k * 0.05 + 0.001, 1, 10)
+        log.done(102.0 + k * 0.05, 102.0 + k * 0.05 + 0.005, 1, 10)
+    windows = rec.windows(1.0)
+    assert [w["put"]["count"] for w in windows] == [10, 0, 10]
+    assert windows[0]["put"]["p99"] == pytest.approx(0.001)
+    assert windows[2]["put"]["p99"] == pytest.approx(0.005)
+    assert windows[1]["put"]["p99"] is None
+    assert rec.messages(PUT) == 20 and rec.bytes(PUT) == 200
+    assert rec.throughput(PUT) == pytest.approx(20 / (102.455 - 100.0))
+    assert rec.throughput(GET_ACK) is None
+
+
+def test_untimed_ops_count_for_throughput_only() -> None:
+    rec = Recorder(t0=0.0)
+    log = rec.log(GET_ACK)
+    log.done(0.0, 1.0, 1, 5, timed=False)
+    log.done(1.0, 1.5, 1, 5)
+    assert rec.summary(GET_ACK)["count"] == 1
+    assert rec.messages(GET_ACK) == 2
+
+
+def test_bodies_carry_their_index_and_the_mix_has_three_sizes() -> None:
+    fixed = Payloads(100, False, seed=1)
+    assert len(fixed.body(7)) == 100 and index_of(fixed.body(7)) == 7
+    mix = Payloads(100, True, seed=1)
+    sizes = {mix.size_of(i) for i in range(5000)}
+    assert sizes == {512, 4096, 65536}
+    share_small = sum(mix.size_of(i) == 512 for i in range(10_007)) / 10_007
+    assert 0.75 < share_small < 0.85
+    assert index_of(mix.body(123456)) == 123456
+
+
+def test_config_rejects_bad_values_and_resolves_defaults() -> None:
+    with pytest.raises(ValueError, match="unknown workload"):
+        RunConfig(workload="nope")
+    with pytest.raises(ValueError, match="sync"):
+        RunConfig(sync="sometimes")
+    assert RunConfig(workload="selector-skip").pin_period == 500
+    assert RunConfig(workload="dlq-heavy").pin_period == 1000
+    pin = RunConfig(workload="priority-pin", max_file_size=2**20)
+    assert pin.store_size_limit == 32 * 2**20
+    assert pin.pin_rounds == 128

@@ -1,0 +1,136 @@
+"""Every standard workload at tiny size: the result validates and its numbers add up."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import jsonschema
+import pytest
+from workload_sizes import TINY, Run
+
+from msgcask.workloads.definitions import RECORD_OVERHEAD
+from msgcask.workloads.result import validate
+
+
+def _only_msgcask(doc: dict[str, Any]) -> dict[str, Any]:
+    (run,) = [r for r in doc["runs"] if r["subject"] == "msgcask"]
+    return run
+
+
+def _expected_counts(workload: str) -> dict[str, int]:
+    """What a run of ``workload`` at TINY size must have put and acked."""
+    n = TINY["messages"]
+    if workload == "dlq-heavy":
+        dead = n // 1000  # indices 999, 1999, ... of n
+        return {"put": n, "acked": n - dead, "dead_lettered": dead}
+    if workload == "selector-skip":
+        skipped = n // 500
+        return {"put": n, "acked": n - skipped, "skipped": skipped}
+    if workload == "priority-pin":
+        per_round = int(TINY["max_file_size"] // (TINY["size"] + RECORD_OVERHEAD))
+        return {"put": TINY["rounds"] * (per_round + 1), "acked": TINY["rounds"] * per_round}
+    if workload == "drain-history":
+        total = 2 * n + TINY["repeat"] * TINY["fill"]
+        return {"put": total, "acked": total}
+    if workload == "deep-queue":
+        return {"put": TINY["depth"], "acked": 0}
+    return {"put": n, "acked": n}
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        "steady",
+        "dlq-heavy",
+        "priority-pin",
+        "slow-consumer",
+        "selector-skip",
+        "drain-history",
+        "deep-queue",
+    ],
+)
+def test_workload_runs_and_counts_add_up(run_tiny: Run, workload: str) -> None:
+    _doc, path = run_tiny(workload, peers=[])
+    with open(path) as f:
+        on_disk = json.load(f)
+    validate(on_disk)
+    assert on_disk["workload"] == workload
+    run = _only_msgcask(on_disk)
+    assert run["status"] == "ok", run["errors"] + run["notes"]
+    for key, value in _expected_counts(workload).items():
+        assert run["counts"][key] == value, key
+    assert run["latency"]["put"]["count"] > 0
+    assert run["latency"]["put"]["p50"] <= run["latency"]["put"]["p99"]
+    assert run["latency"]["put"]["p99"] <= run["latency"]["put"]["max"]
+    assert run["throughput"]["put_per_s"] > 0
+    assert len(run["samples"]) >= 2
+    # the store's own counters came through, and files were reported
+    stats = run["final_stats"]
+    assert stats["bytes_put"] > 0
+    assert run["write_amplification"] == stats["bytes_written"] / stats["bytes_put"]
+    assert run["files"]
+    assert sum(f["size"] for f in run["files"]) == stats["data_bytes"]
+    assert run["bytes_put"] == run["counts"]["put"] * TINY["size"]  # fixed-size bodies
+
+
+def test_dlq_heavy_keeps_dead_letters_live(run_tiny: Run) -> None:
+    doc, _ = run_tiny("dlq-heavy", peers=[], pin_every=100)
+    run = _only_msgcask(doc)
+    dead = TINY["messages"] // 100
+    assert run["counts"]["dead_lettered"] == dead
+    # the dead-lettered bodies are still live, both in our count and in the store's
+    assert run["samples"][-1]["live_payload_bytes"] == dead * TINY["size"]
+    assert run["final_stats"]["live_messages"] == dead
+    assert run["space"]["final_amplification"] == pytest.approx(
+        run["samples"][-1]["disk_bytes"] / (dead * TINY["size"])
+    )
+
+
+def test_drain_history_compares_fresh_and_after(run_tiny: Run) -> None:
+    doc, _ = run_tiny("drain-history", peers=[])
+    phases = _only_msgcask(doc)["phases"]["drain_history"]
+    assert len(phases["drains"]) == TINY["repeat"]
+    fresh, after = phases["fresh"], phases["after_history"]
+    assert phases["put_throughput_ratio"] == pytest.approx(after["put_per_s"] / fresh["put_per_s"])
+    assert fresh["put"]["count"] > 0 and after["put"]["count"] > 0
+
+
+def test_deep_queue_reports_latency_per_tenth_of_depth(run_tiny: Run) -> None:
+    doc, _ = run_tiny("deep-queue", peers=[])
+    deciles = _only_msgcask(doc)["phases"]["deep_queue"]["deciles"]
+    assert [d["depth_upto"] for d in deciles] == [TINY["depth"] * k // 10 for k in range(1, 11)]
+    assert sum(d["count"] for d in deciles) == TINY["depth"]
+
+
+def test_threads_share_the_messages(run_tiny: Run) -> None:
+    doc, _ = run_tiny("steady", peers=[], producers=2, consumers=2, batch=10)
+    run = _only_msgcask(doc)
+    assert run["status"] == "ok"
+    assert run["counts"]["put"] == run["counts"]["acked"] == TINY["messages"]
+    # one latency sample per put_many call of 10
+    assert run["latency"]["put"]["count"] == TINY["messages"] // 10
+
+
+def test_schema_rejects_a_broken_result(run_tiny: Run) -> None:
+    doc, _ = run_tiny("steady", peers=[])
+    validate(doc)
+    missing = copy.deepcopy(doc)
+    del missing["runs"][0]["throughput"]
+    with pytest.raises(jsonschema.ValidationError):
+        validate(missing)
+    wrong = copy.deepcopy(doc)
+    wrong["runs"][0]["status"] = "fine"
+    with pytest.raises(jsonschema.ValidationError):
+        validate(wrong)
+
+
+def test_crash_reopen_is_measured_after_sigkill(run_tiny: Run) -> None:
+    doc, _ = run_tiny("steady", peers=["sqlite3"], reopen=True)
+    for run in doc["runs"]:
+        crash = run["reopen"]["crash"]
+        assert crash["error"] is None, crash
+        assert crash["killed_by"] == "SIGKILL"
+        assert crash["seconds"] > 0
+        assert run["reopen"]["clean_seconds"] > 0
