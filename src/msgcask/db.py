@@ -86,13 +86,20 @@ class _QueueRuntime:
         default_factory=weakref.WeakKeyDictionary
     )
 
+    waiting: int = 0  # consumers blocked in get(): notify only when there are some
+
     def rewind(self, key: bytes) -> None:
         """A message at ``key`` became available: no cursor may be past it."""
         if self.cursor is not None and key < self.cursor:
             self.cursor = key
-        for sel, cur in list(self.selector_cursors.items()):
-            if key < cur:
-                self.selector_cursors[sel] = key
+        if self.selector_cursors:
+            for sel, cur in list(self.selector_cursors.items()):
+                if key < cur:
+                    self.selector_cursors[sel] = key
+
+    def wake(self) -> None:
+        if self.waiting:
+            self.cond.notify_all()
 
 
 @dataclass(slots=True)
@@ -146,6 +153,7 @@ class Store:
             max_store_size=max_store_size,
             compaction_budget=compaction_budget,
         )
+        self._sync_always = self.options.sync == "always"
         self.path = os.fspath(path)
         _check_store_path(self.path)
         os.makedirs(self.path, exist_ok=True)
@@ -326,7 +334,7 @@ class Store:
         return file_id, offset
 
     def _wait_durable(self, pos: Position) -> None:
-        if self.options.sync == "always":
+        if self._sync_always:
             self._journal.sync_to(pos)
 
     def _reserve_id(self) -> int:
@@ -461,21 +469,27 @@ class Store:
         hbytes = codec.encode_headers(headers)
         size = codec.put_record_size(name.encode(), hbytes, len(body))
         self._check_record_size(size)
-        self._ensure_room(size)
+        limited = self.options.max_store_size is not None
+        if limited:
+            self._ensure_room(size)
         with self._lock:
-            self._check_open()
-            rt = self._runtime(name)
-            self._check_fits(size)
+            if self._closed:
+                self._check_open()
+            rt = self._queues.get(name) or self._runtime(name)
+            if limited:
+                self._check_fits(size)
             msg_id = self._next_id
             record = codec.encode_put(msg_id, rt.name_bytes, priority, 0, hbytes, body)
             file_id, offset = self._append(record)
             self._next_id = msg_id + 1
             self._catalog.add(msg_id, rt.qid, priority, file_id, offset, size, 0, fresh=True)
             self._bytes_put += size
-            rt.rewind(keys.order_key(rt.qid, priority, msg_id))
-            rt.cond.notify()
+            if rt.cursor is not None or rt.selector_cursors:
+                rt.rewind(keys.order_key(rt.qid, priority, msg_id))
+            rt.wake()
             pos = self._journal.position
-        self._wait_durable(pos)
+        if self._sync_always:
+            self._journal.sync_to(pos)
         return msg_id
 
     def _write_batch(self, puts: list[_PendingPut], acks: list[int]) -> list[int]:
@@ -518,19 +532,20 @@ class Store:
             file_id, offset = self._append(header + b"".join(records))
             self._next_id = next_id
             offset += len(header)
+            added = []
             for i, record in enumerate(records):
                 if i < len(puts):
                     p, rt = puts[i], runtimes[i]
-                    self._catalog.add(
-                        ids[i], rt.qid, p.priority, file_id, offset, len(record), 0, fresh=True
-                    )
-                    rt.rewind(keys.order_key(rt.qid, p.priority, ids[i]))
-                    rt.cond.notify()
-                else:
-                    msg_id = acks[i - len(puts)]
-                    self._catalog.ack(msg_id, file_id)
-                    del self._inflight[msg_id]
+                    added.append((ids[i], rt.qid, p.priority, offset, len(record)))
+                    if rt.cursor is not None or rt.selector_cursors:
+                        rt.rewind(keys.order_key(rt.qid, p.priority, ids[i]))
                 offset += len(record)
+            self._catalog.add_many(file_id, added)
+            for msg_id in acks:
+                self._catalog.ack(msg_id, file_id)
+                del self._inflight[msg_id]
+            for rt in {id(r): r for r in runtimes}.values():
+                rt.wake()
             self._bytes_put += put_bytes
             pos = self._journal.position
         self._wait_durable(pos)
@@ -552,30 +567,43 @@ class Store:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise Empty(f"no message arrived on queue {name!r} within {timeout} s")
-                rt.cond.wait(remaining)
+                rt.waiting += 1
+                try:
+                    rt.cond.wait(remaining)
+                finally:
+                    rt.waiting -= 1
 
     def _deliver_next(self, rt: _QueueRuntime, selector: Selector | None) -> Message | None:
         start = rt.cursor if selector is None else rt.selector_cursors.get(selector)
-        last_key = None
-        for key in self._catalog.queue_order(rt.qid, start):
-            last_key = key
-            msg_id = keys.order_key_id(key)
-            if msg_id in self._inflight:
-                continue
-            entry = self._catalog.lookup(msg_id)
-            if not isinstance(entry, Live):  # pragma: no cover - index invariant
-                continue
-            put = self._read_put(msg_id, entry)
-            if put is None:
-                continue
-            if selector is not None and not selector(put.headers):
-                continue
-            self._set_cursor(rt, selector, key)
-            deliveries = min(entry.deliveries + 1, fmt.MAX_DELIVERIES_COUNTED)
-            file_id, _ = self._append(codec.encode_deliver(msg_id, deliveries))
-            self._catalog.deliver(msg_id, deliveries, file_id, entry)
-            self._inflight[msg_id] = rt
-            return Message(msg_id, rt.name, put.body, put.headers, entry.priority, deliveries)
+        prefix = keys.ORDER_PREFIX.pack(rt.qid)
+        inflight = self._inflight
+        cursor = self._env.txn.cursor(db=self._env.order)
+        try:
+            found = cursor.set_range(start or prefix)
+            last_key = None
+            while found:
+                key = cursor.key()
+                if key[:4] != prefix:
+                    break
+                last_key = key
+                msg_id = keys.order_key_id(key)
+                if msg_id in inflight:
+                    found = cursor.next()
+                    continue
+                entry = self._catalog.lookup(msg_id)
+                put = self._read_put(msg_id, entry) if isinstance(entry, Live) else None
+                if put is None or (selector is not None and not selector(put.headers)):
+                    found = cursor.next()
+                    continue
+                assert isinstance(entry, Live)
+                self._set_cursor(rt, selector, key)
+                deliveries = min(entry.deliveries + 1, fmt.MAX_DELIVERIES_COUNTED)
+                file_id, _ = self._append(codec.encode_deliver(msg_id, deliveries))
+                self._catalog.deliver(msg_id, deliveries, file_id, entry)
+                inflight[msg_id] = rt
+                return Message(msg_id, rt.name, put.body, put.headers, entry.priority, deliveries)
+        finally:
+            cursor.close()
         if last_key is not None:
             self._set_cursor(rt, selector, last_key)
         return None
@@ -593,22 +621,20 @@ class Store:
         """Read and check a live message's record; quarantine it if damaged."""
         handle = self._handles[entry.file_id]
         raw = handle.read(entry.offset, entry.size)
-        problem = ""
-        for item in codec.scan(raw, 0):
-            if isinstance(item, codec.Record) and item.rtype == fmt.TYPE_PUT:
-                put = codec.decode_put(raw, item.payload_start, item.end)
-                if put.msg_id == msg_id:
-                    return put
-                problem = f"record holds message {put.msg_id}, expected {msg_id}"
-            else:
-                problem = getattr(item, "reason", "not a PUT record")
-            break
+        put = codec.read_put(raw)
+        if put is not None and put.msg_id == msg_id:
+            return put
+        problem = (
+            "checksum mismatch or unparsable record"
+            if put is None
+            else (f"record holds message {put.msg_id}")
+        )
         report = CorruptionReport(
             entry.file_id,
             handle.path,
             entry.offset,
             entry.size,
-            f"message {msg_id}: {problem or 'unreadable record'}",
+            f"message {msg_id}: {problem}",
             "quarantined",
         )
         self._corruptions.append(report)
@@ -634,14 +660,16 @@ class Store:
 
     def _ack(self, name: str, target: object) -> None:
         with self._lock:
-            self._check_open()
-            rt = self._runtime(name)
+            if self._closed:
+                self._check_open()
+            rt = self._queues.get(name) or self._runtime(name)
             msg_id = self._resolve_delivered(rt, target)
             file_id, _ = self._append(codec.encode_ack(msg_id))
             self._catalog.ack(msg_id, file_id)
             del self._inflight[msg_id]
             pos = self._journal.position
-        self._wait_durable(pos)
+        if self._sync_always:
+            self._journal.sync_to(pos)
 
     def _nack(self, name: str, target: object) -> None:
         with self._lock:
@@ -655,7 +683,7 @@ class Store:
                 return
             del self._inflight[msg_id]
             rt.rewind(keys.order_key(rt.qid, entry.priority, msg_id))
-            rt.cond.notify()
+            rt.wake()
 
     def _dead_letter(self, rt: _QueueRuntime, msg_id: int, entry: Live) -> None:
         """Move a message to its dead-letter queue: one batch of PUT (new id) + ACK."""

@@ -63,38 +63,40 @@ class FileAccount:
 
 @dataclass
 class Accounting:
-    """The in-memory table of FileAccount, with the set changed since the last flush."""
+    """The in-memory table of FileAccounts.
+
+    Callers change the records in place; ``flush`` writes the ones whose packed
+    form differs from what was last written, so the hot path pays for no
+    change tracking.
+    """
 
     files: dict[int, FileAccount] = field(default_factory=dict)
-    dirty: set[int] = field(default_factory=set)
+    _written: dict[int, bytes] = field(default_factory=dict)
 
     def add(self, stats: FileAccount) -> None:
         self.files[stats.file_id] = stats
-        self.dirty.add(stats.file_id)
 
     def __getitem__(self, file_id: int) -> FileAccount:
-        self.dirty.add(file_id)
         return self.files[file_id]
 
     def peek(self, file_id: int) -> FileAccount:
-        """Read without marking dirty."""
         return self.files[file_id]
 
     def forget(self, file_id: int) -> None:
         self.files.pop(file_id, None)
-        self.dirty.add(file_id)
 
     def flush(
         self, put: Callable[[bytes, bytes], object], delete: Callable[[bytes], object]
     ) -> None:
         """Write every changed record with ``put(key, value)`` / ``delete(key)``."""
-        for file_id in self.dirty:
-            stats = self.files.get(file_id)
-            if stats is None:
-                delete(FILE_KEY.pack(file_id))
-            else:
-                put(FILE_KEY.pack(file_id), stats.pack())
-        self.dirty.clear()
+        for file_id in [f for f in self._written if f not in self.files]:
+            delete(FILE_KEY.pack(file_id))
+            del self._written[file_id]
+        for file_id, stats in self.files.items():
+            packed = stats.pack()
+            if self._written.get(file_id) != packed:
+                put(FILE_KEY.pack(file_id), packed)
+                self._written[file_id] = packed
 
     @classmethod
     def load(cls, items: list[tuple[bytes, bytes]]) -> Accounting:
@@ -102,4 +104,5 @@ class Accounting:
         for key, value in items:
             (file_id,) = FILE_KEY.unpack(key)
             acct.files[file_id] = FileAccount.unpack(file_id, value)
+            acct._written[file_id] = bytes(value)
         return acct

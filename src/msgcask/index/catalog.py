@@ -121,6 +121,26 @@ class Catalog:
         self.env.changes += 2
         return True
 
+    def add_many(self, file_id: int, items: list[tuple[int, int, int, int, int]]) -> None:
+        """Record fresh PUT records of one batch in ``file_id``:
+        (msg_id, queue_id, priority, offset, size) each. One C call per table."""
+        live = [
+            (keys.msg_key(m), keys.pack_live(Live(STATE_LIVE, q, p, file_id, o, n, 0, 0)))
+            for m, q, p, o, n in items
+        ]
+        order = [(keys.order_key(q, p, m), b"") for m, q, p, _, _ in items]
+        txn = self.env.txn
+        with txn.cursor(db=self.env.msgs) as cur:
+            cur.putmulti(live)
+        with txn.cursor(db=self.env.order) as cur:
+            cur.putmulti(order)
+        stats = self.acct[file_id]
+        for _, qid, _, _, size in items:
+            stats.live_bytes += size
+            self._count(qid, 1)
+        stats.live_messages += len(items)
+        self.env.changes += 2 * len(items)
+
     def ack(self, msg_id: int, ack_file: int, entry: Live | None = None) -> Live | None:
         """Record an ACK record in ``ack_file``; return the live entry it ended,
         or None if the message was not live (replay of an old or repeated ACK)."""
@@ -167,7 +187,17 @@ class Catalog:
         if entry.deliver_file:
             self.acct[entry.deliver_file].needed_marks -= 1
         self.acct[file_id].needed_marks += 1
-        entry = entry._replace(deliveries=deliveries, deliver_file=file_id)
+        # Built directly: NamedTuple._replace costs more than the index write.
+        entry = Live(
+            entry.state,
+            entry.queue_id,
+            entry.priority,
+            entry.file_id,
+            entry.offset,
+            entry.size,
+            deliveries,
+            file_id,
+        )
         self._store(msg_id, entry)
         self.env.changes += 1
         return entry

@@ -93,12 +93,19 @@ def put_record_size(queue: bytes, headers: bytes, body_len: int) -> int:
     return fmt.RECORD_HEADER_SIZE + fmt.PUT_FIXED_SIZE + len(queue) + len(headers) + body_len
 
 
+# ACK and DELIVER records are written once per message each: packed in one go.
+_ACK_REST = struct.Struct("<IBQ")
+_DELIVER_REST = struct.Struct("<IBQH")
+
+
 def encode_ack(msg_id: int) -> bytes:
-    return frame(fmt.TYPE_ACK, fmt.ACK_PAYLOAD.pack(msg_id))
+    rest = _ACK_REST.pack(fmt.ACK_PAYLOAD.size, fmt.TYPE_ACK, msg_id)
+    return _CHECKSUM.pack(xxh3_64_intdigest(rest)) + rest
 
 
 def encode_deliver(msg_id: int, deliveries: int) -> bytes:
-    return frame(fmt.TYPE_DELIVER, fmt.DELIVER_PAYLOAD.pack(msg_id, deliveries))
+    rest = _DELIVER_REST.pack(fmt.DELIVER_PAYLOAD.size, fmt.TYPE_DELIVER, msg_id, deliveries)
+    return _CHECKSUM.pack(xxh3_64_intdigest(rest)) + rest
 
 
 def encode_batch_header(count: int, length: int) -> bytes:
@@ -149,6 +156,23 @@ def decode_put(buf: Buffer, payload_start: int, payload_end: int) -> Put:
     queue = bytes(buf[qstart:hstart]).decode()
     headers = decode_headers(buf[hstart:bstart])
     return Put(msg_id, queue, priority, deliveries, headers, bytes(buf[bstart:payload_end]))
+
+
+def read_put(raw: Buffer) -> Put | None:
+    """Check and decode a buffer holding exactly one PUT record (as read at a
+    location the index gave); None if the record is damaged."""
+    if len(raw) < fmt.RECORD_HEADER_SIZE:
+        return None
+    checksum, length, rtype = fmt.RECORD_HEADER.unpack_from(raw, 0)
+    end = fmt.RECORD_HEADER_SIZE + length
+    if rtype != fmt.TYPE_PUT or end != len(raw):
+        return None
+    if xxh3_64_intdigest(raw[fmt.CHECKSUM_SIZE :]) != checksum:
+        return None
+    try:
+        return decode_put(raw, fmt.RECORD_HEADER_SIZE, end)
+    except (ValueError, UnicodeDecodeError, struct.error):
+        return None
 
 
 def decode_manifest(buf: Buffer, payload_start: int) -> list[int]:

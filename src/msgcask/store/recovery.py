@@ -145,8 +145,8 @@ class Recovery:
         if env is None or catalog is None:
             remove_index(index_path)
             env = IndexEnv(index_path)
+            self.report.mode = "rebuild" if self.files.handles else "new"
             catalog = self._rebuild(env)
-            self.report.mode = "rebuild"
         self.report.seconds = time.monotonic() - started
         return env, catalog
 
@@ -219,7 +219,10 @@ class Recovery:
     # -- rebuild from every file ------------------------------------------------------
 
     def _rebuild(self, env: IndexEnv) -> Catalog:
-        log.warning("msgcask: rebuilding the index of %s (%s)", self.directory, self.report.reason)
+        if self.files.handles:  # a new store has nothing to rebuild and nothing to say
+            log.warning(
+                "msgcask: rebuilding the index of %s (%s)", self.directory, self.report.reason
+            )
         env.clear_all()
         self._settle_compactions()
         acct = Accounting()
