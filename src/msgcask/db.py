@@ -220,10 +220,9 @@ class Store:
 
     def _create_journal_file(self, file_id: int) -> None:
         path = os.path.join(self.path, data_file_name(file_id))
-        handle = self._fs.create(path)
+        handle = self._fs.create_temp(path)
         handle.append(codec.encode_file_header(fmt.KIND_JOURNAL, file_id, self._next_id))
-        handle.fsync()
-        self._fs.fsync_dir(self.path)
+        self._fs.publish(handle, path)
         self._register_journal_file(file_id, handle)
 
     def _register_journal_file(self, file_id: int, handle: DataFile) -> None:

@@ -143,7 +143,7 @@ def _write_output(
         out_id = store._allocate_file_id()
         id_floor = store._next_id
     path = os.path.join(store.path, data_file_name(out_id))
-    out = store._fs.create(path)
+    out = store._fs.create_temp(path)
     try:
         out.append(codec.encode_file_header(fmt.KIND_COMPACTED, out_id, id_floor))
         out.append(codec.encode_manifest(victims))
@@ -161,13 +161,12 @@ def _write_output(
         if batch:
             out.append(b"".join(batch))
         crash_point("compact.before_output_fsync")
-        out.fsync()
-        store._fs.fsync_dir(store.path)
+        store._fs.publish(out, path)
     except OSError as e:
         # Nothing points at the copy yet: remove it and leave the victims alone.
         out.close()
         with contextlib.suppress(OSError):
-            store._fs.unlink(path)
+            store._fs.unlink(out.path)
         raise Error(f"compaction could not write {path}: {e.strerror}; nothing changed") from e
     crash_point("compact.after_output_fsync")
     return out_id, out, offsets

@@ -49,6 +49,11 @@ class Catalog:
         self.counts.pop(qid, None)
         self._dirty_counts.discard(qid)
 
+    def prune_empty_queues(self) -> None:
+        for name, qid in list(self.queue_ids.items()):
+            if not self.counts.get(qid):
+                self.drop_queue(name)
+
     def flush_counts(self) -> None:
         """Write the changed per-queue counts into the current transaction."""
         names = {qid: name for name, qid in self.queue_ids.items()}

@@ -12,8 +12,11 @@ tests exercise real process death at an exact step.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+
+TEMP_SUFFIX = ".tmp"
 
 _crash_at = os.environ.get("MSGCASK_CRASH_AT", "")
 
@@ -77,10 +80,31 @@ class DataFile:
 class FileSystem:
     """Directory-level operations and the factory of ``DataFile``s."""
 
-    def create(self, path: str) -> DataFile:
-        """Create a new, empty data file; fail if it exists."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        return self._wrap(path, fd, 0)
+    def create_temp(self, path: str) -> DataFile:
+        """Create an empty file at ``path + TEMP_SUFFIX`` (replacing a leftover one).
+
+        Data files are born under a temporary name and appear under their real
+        name only through ``publish``, so a crash never leaves a data file
+        without its header (open removes leftover temporary files).
+        """
+        temp = path + TEMP_SUFFIX
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        return self._wrap(temp, fd, 0)
+
+    def publish(self, handle: DataFile, path: str, *, durable: bool = True) -> None:
+        """Give a file made by ``create_temp`` its real name, atomically.
+
+        With ``durable``: fsync the file first and the directory after, so the
+        name never points at bytes that a power cut could lose.
+        """
+        if durable:
+            handle.fsync()
+        os.rename(handle.path, path)
+        handle.path = path
+        if durable:
+            self.fsync_dir(os.path.dirname(path) or ".")
 
     def open(self, path: str, *, writable: bool = True) -> DataFile:
         flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC

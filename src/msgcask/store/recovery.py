@@ -37,7 +37,7 @@ from msgcask.index.env import INDEX_FORMAT_VERSION, IndexEnv, IndexUnusable, boo
 from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.filenames import INDEX_DIR, data_file_name, parse_data_file_name
-from msgcask.store.fs import DataFile, FileSystem
+from msgcask.store.fs import TEMP_SUFFIX, DataFile, FileSystem
 
 log = logging.getLogger("msgcask")
 
@@ -92,6 +92,9 @@ def open_data_files(fs: FileSystem, directory: str, *, writable: bool = True) ->
         for name in sorted(fs.listdir(directory)):
             file_id = parse_data_file_name(name)
             if file_id is None:
+                if writable and parse_data_file_name(name.removesuffix(TEMP_SUFFIX)):
+                    # A file a crash caught before it was published: never used.
+                    fs.unlink(os.path.join(directory, name))
                 continue
             path = os.path.join(directory, name)
             handle = fs.open(path, writable=writable)
@@ -147,6 +150,10 @@ class Recovery:
             env = IndexEnv(index_path)
             self.report.mode = "rebuild" if self.files.handles else "new"
             catalog = self._rebuild(env)
+        if self.report.mode != "clean":
+            # The journal records queues only through their messages: after a
+            # replay or rebuild, a queue exists if it holds messages.
+            catalog.prune_empty_queues()
         self.report.seconds = time.monotonic() - started
         return env, catalog
 

@@ -91,11 +91,9 @@ class Journal:
             self._mark_durable(self.position)
         file_id = self._new_file_id()
         path = os.path.join(self.directory, data_file_name(file_id))
-        new = self.fs.create(path)
+        new = self.fs.create_temp(path)
         new.append(codec.encode_file_header(fmt.KIND_JOURNAL, file_id, self._id_floor()))
-        if self.fsync_enabled:
-            new.fsync()
-            self.fs.fsync_dir(self.directory)
+        self.fs.publish(new, path, durable=self.fsync_enabled)
         self.head_id, self.head = file_id, new
         self._head_state = (new, file_id)
         self._on_new_file(file_id, new)

@@ -77,7 +77,7 @@ def _space(plt: Any, runs: list[dict[str, Any]], title: str) -> Any:
         ax.legend(fontsize=7, loc="upper left")
     axes[-1, 0].set_xlabel("seconds")
     fig.suptitle(f"{title}: disk vs live bytes")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     return fig
 
 
@@ -124,6 +124,19 @@ def _files(plt: Any, runs: list[dict[str, Any]], title: str) -> Any:
         colours = [KIND_COLOURS.get(f["kind"] or "", "tab:gray") for f in files]
         ax.bar(x, size, color="none", edgecolor="0.6", linewidth=0.6, width=0.9)
         ax.bar(x, live, color=colours, width=0.9)
+        # One 1 KiB message in a 1 MiB file is too thin to see; a minimum-height tick shows
+        # every file that still holds a live message.
+        tick = 0.02 * max(size, default=1.0)
+        holding = [i for i, f in enumerate(files) if f["live_messages"] and live[i] < tick]
+        if holding:
+            ax.bar(
+                holding,
+                [tick] * len(holding),
+                color=[colours[i] for i in holding],
+                width=0.9,
+                alpha=0.5,
+                label="holds live messages (thin, shown at 2%)",
+            )
         pinned = [i for i, f in enumerate(files) if f["needed_acks"]]
         if pinned:
             ax.plot(
