@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from msgcask.workloads.subjects.base import ACK, DEAD_LETTER, NACK, PRIORITY, Delivery, Subject
 
 READY, DELIVERED, DEAD = 0, 1, 2
+CHECKPOINT_EVERY = 5000
 SYNCHRONOUS = {"always": "FULL", "periodic": "NORMAL", "never": "OFF"}
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS queue (
@@ -41,6 +42,7 @@ class SqliteSubject(Subject):
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
+        self._acks = 0
         self._conn().executescript(SCHEMA)
 
     def _conn(self) -> sqlite3.Connection:
@@ -90,7 +92,15 @@ class SqliteSubject(Subject):
         return None if row is None else Delivery(row[0], row[1], row[2])
 
     def ack(self, delivery: Delivery) -> None:
-        self._conn().execute("DELETE FROM queue WHERE id = ?", (delivery.handle,))
+        conn = self._conn()
+        conn.execute("DELETE FROM queue WHERE id = ?", (delivery.handle,))
+        with self._conns_lock:
+            self._acks += 1
+            checkpoint = self._acks % CHECKPOINT_EVERY == 0
+        if checkpoint:
+            # A reader and a writer that never pause starve the automatic checkpoint and the
+            # WAL grows without bound; a user who watches disk truncates it now and then.
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def nack(self, delivery: Delivery) -> bool:
         dead = 0 < self.max_deliveries <= delivery.deliveries
