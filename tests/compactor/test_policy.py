@@ -1,0 +1,334 @@
+"""The compaction policy (compactor/policy.py), on its own: pure input, pure output.
+
+The policy decides which files a pass deletes whole and which it rewrites. The space
+guarantee rests on it (every sparse file is eventually rewritten, nothing live is ever
+chosen for deletion, the write head is never touched) and so does the latency one (the
+byte budget), so each rule is pinned here with hand-made files and then checked over
+random file sets with hypothesis.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from msgcask.compactor.policy import MARK_COST, FileView, Plan, benefit_cost, plan
+
+KIB = 1024
+SIZE = 64 * KIB
+SMALL = SIZE // 8  # what the runner passes: max_file_size // 8
+BIG_BUDGET = 2**40
+
+
+def view(
+    file_id: int,
+    *,
+    live: int = 0,
+    messages: int | None = None,
+    marks: int = 0,
+    size: int = SIZE,
+    age: float = 100.0,
+    active: bool = False,
+) -> FileView:
+    if messages is None:
+        messages = 1 if live else 0
+    return FileView(file_id, size, live, messages, marks, age, active)
+
+
+def run(
+    files: list[FileView],
+    *,
+    threshold: float = 0.5,
+    budget: int = BIG_BUDGET,
+    small_file: int = SMALL,
+) -> Plan:
+    return plan(files, threshold=threshold, budget=budget, small_file=small_file)
+
+
+# -- deletion ------------------------------------------------------------------------------
+
+
+def test_file_with_nothing_needed_is_deleted_whole_not_copied() -> None:
+    p = run([view(1), view(2, live=SIZE // 10), view(3, active=True)])
+    assert p.reclaim == [1]
+    assert 1 not in p.rewrite
+
+
+def test_empty_write_head_is_never_deleted() -> None:
+    # The head holds nothing live but the journal is still appending to it.
+    p = run([view(1, active=True), view(2)])
+    assert p.reclaim == [2]
+    assert 1 not in p.rewrite
+
+
+def test_file_holding_only_needed_acks_is_not_deleted() -> None:
+    # An ACK whose PUT record still exists elsewhere must outlive it: deleting this
+    # file would resurrect the message on the next rebuild.
+    p = run([view(1, marks=3)])
+    assert p.reclaim == []
+    assert p.rewrite == [1]  # 3 marks in 64 KiB: sparse, carried forward instead
+
+
+def test_file_with_a_live_message_is_not_deleted() -> None:
+    p = run([view(1, live=100, messages=1)], threshold=0.0)
+    assert p.reclaim == []
+    assert p.rewrite == []
+
+
+def test_reclaim_list_is_sorted_by_file_id() -> None:
+    p = run([view(9), view(3), view(5)])
+    assert p.reclaim == [3, 5, 9]
+
+
+def test_nothing_to_do_is_a_false_plan() -> None:
+    p = run([view(1, live=SIZE - 100, active=False), view(2, active=True)])
+    assert not p
+    assert run([view(1)])
+
+
+# -- threshold -----------------------------------------------------------------------------
+
+
+def test_file_under_threshold_is_rewritten() -> None:
+    p = run([view(1, live=SIZE // 4)], threshold=0.5)
+    assert p.rewrite == [1]
+
+
+def test_file_over_threshold_is_left_alone() -> None:
+    p = run([view(1, live=3 * SIZE // 4)], threshold=0.5)
+    assert p.rewrite == []
+
+
+def test_file_exactly_at_threshold_is_left_alone() -> None:
+    # "below the threshold" is strict: a half-live file at t=0.5 is not copied.
+    p = run([view(1, live=SIZE // 2)], threshold=0.5)
+    assert p.rewrite == []
+
+
+def test_threshold_one_rewrites_every_file_with_any_dead_byte() -> None:
+    files = [view(1, live=SIZE - 1), view(2, live=SIZE, messages=9), view(3, active=True)]
+    p = run(files, threshold=1.0)
+    assert p.rewrite == [1]
+
+
+def test_active_head_is_never_rewritten_however_empty() -> None:
+    p = run([view(1, live=10, active=True, age=1e6)], threshold=1.0)
+    assert p.rewrite == []
+    assert p.reclaim == []
+
+
+def test_needed_acks_count_as_live_bytes_for_the_threshold() -> None:
+    # 1000 carried marks cost 1000 * MARK_COST bytes to copy: above a low threshold.
+    marks = 1000
+    ratio = marks * MARK_COST / SIZE
+    assert 0.2 < ratio < 0.5
+    assert run([view(1, marks=marks)], threshold=0.2).rewrite == []
+    assert run([view(1, marks=marks)], threshold=0.5).rewrite == [1]
+
+
+# -- order: benefit / cost -----------------------------------------------------------------
+
+
+def test_benefit_cost_prefers_emptier_files() -> None:
+    assert benefit_cost(view(1, live=SIZE // 10)) > benefit_cost(view(2, live=SIZE // 3))
+
+
+def test_benefit_cost_prefers_older_files() -> None:
+    young = view(1, live=SIZE // 4, age=1.0)
+    old = view(2, live=SIZE // 4, age=1000.0)
+    assert benefit_cost(old) > benefit_cost(young)
+
+
+def test_benefit_cost_of_a_full_file_is_zero() -> None:
+    assert benefit_cost(view(1, live=SIZE)) == 0.0
+
+
+def test_benefit_cost_of_a_brand_new_file_is_still_positive() -> None:
+    # age 0 must not make every fresh sparse file worthless forever.
+    assert benefit_cost(view(1, live=SIZE // 4, age=0.0)) > 0.0
+
+
+def test_tight_budget_takes_the_older_file_first() -> None:
+    young = view(1, live=SIZE // 4, age=1.0)
+    old = view(2, live=SIZE // 4, age=1000.0)
+    p = run([young, old], budget=SIZE // 4)
+    assert p.rewrite == [2]
+
+
+def test_tight_budget_takes_the_emptier_file_first() -> None:
+    fuller = view(1, live=SIZE // 3)
+    emptier = view(2, live=SIZE // 3 - 1000)
+    p = run([fuller, emptier], budget=SIZE // 3)
+    assert p.rewrite == [2]
+
+
+def test_rewrite_order_is_by_benefit_cost() -> None:
+    files = [
+        view(1, live=SIZE // 3, age=10.0),
+        view(2, live=SIZE // 10, age=10.0),
+        view(3, live=SIZE // 10, age=500.0),
+        view(4, live=SIZE // 5, age=50.0),
+    ]
+    p = run(files)
+    assert p.rewrite == sorted([1, 2, 3, 4], key=lambda i: -benefit_cost(files[i - 1]))
+    assert p.rewrite[0] == 3
+
+
+# -- budget --------------------------------------------------------------------------------
+
+
+def test_first_victim_is_taken_even_when_it_alone_exceeds_the_budget() -> None:
+    # Otherwise a pass with a small budget could never make progress.
+    p = run([view(1, live=SIZE // 4)], budget=1)
+    assert p.rewrite == [1]
+
+
+def test_second_victim_that_does_not_fit_the_budget_is_left_for_later() -> None:
+    a = view(1, live=SIZE // 10, age=1000.0)
+    b = view(2, live=SIZE // 4, age=10.0)
+    p = run([a, b], budget=SIZE // 10 + SIZE // 8)
+    assert p.rewrite == [1]
+
+
+def test_smaller_victim_after_a_skipped_one_still_fits_the_budget() -> None:
+    # A victim too big for what is left must not stop smaller ones behind it.
+    first = view(1, live=1000, age=1000.0)
+    big = view(2, live=SIZE // 4, age=900.0)
+    small = view(3, live=2000, age=1.0)
+    assert benefit_cost(first) > benefit_cost(big) > benefit_cost(small)
+    p = run([first, big, small], budget=4000)
+    assert p.rewrite == [1, 3]
+
+
+def test_budget_counts_carried_marks() -> None:
+    a = view(1, live=1000, age=1000.0)
+    b = view(2, marks=100, age=10.0)  # 2400 bytes of carried ACKs
+    assert run([a, b], budget=1000 + 100 * MARK_COST).rewrite == [1, 2]
+    assert run([a, b], budget=1000 + 100 * MARK_COST - 1).rewrite == [1]
+
+
+# -- small files ---------------------------------------------------------------------------
+
+
+def test_two_small_dense_files_are_merged() -> None:
+    files = [view(1, live=1000, size=1100), view(2, live=2000, size=2100)]
+    p = run(files, threshold=0.5)
+    assert sorted(p.rewrite) == [1, 2]
+
+
+def test_one_small_dense_file_alone_is_not_moved() -> None:
+    # Copying it would only produce another small file.
+    p = run([view(1, live=1000, size=1100), view(2, live=SIZE - 10)], threshold=0.5)
+    assert p.rewrite == []
+
+
+def test_small_files_merge_smallest_first_within_the_budget() -> None:
+    files = [
+        view(1, live=3000, size=3100),
+        view(2, live=1000, size=1100),
+        view(3, live=2000, size=2100),
+    ]
+    p = run(files, budget=3000)
+    assert p.rewrite == [2, 3]
+
+
+def test_budget_for_only_one_small_file_merges_nothing() -> None:
+    files = [view(1, live=1000, size=1100), view(2, live=2000, size=2100)]
+    p = run(files, budget=1500)
+    assert p.rewrite == []
+
+
+def test_sparse_small_file_counts_as_sparse_not_as_small() -> None:
+    # A lone small file that is mostly dead is still worth rewriting.
+    p = run([view(1, live=100, size=4000)], threshold=0.5)
+    assert p.rewrite == [1]
+
+
+def test_small_file_joins_a_sparse_victim() -> None:
+    files = [
+        view(1, live=SIZE // 10),
+        view(2, live=1000, size=1100),
+        view(3, live=1000, size=1200),
+    ]
+    p = run(files)
+    assert p.rewrite[0] == 1
+    assert sorted(p.rewrite) == [1, 2, 3]
+
+
+def test_active_small_file_is_never_merged() -> None:
+    files = [view(1, live=1000, size=1100), view(2, live=1000, size=1100, active=True)]
+    assert run(files).rewrite == []
+
+
+# -- properties ----------------------------------------------------------------------------
+
+
+@st.composite
+def file_sets(draw: st.DrawFn) -> list[FileView]:
+    n = draw(st.integers(min_value=0, max_value=25))
+    ids = draw(st.lists(st.integers(1, 10_000), min_size=n, max_size=n, unique=True))
+    active = draw(st.sampled_from([None, *ids])) if ids else None
+    files = []
+    for file_id in ids:
+        size = draw(st.integers(32, 4 * SIZE))
+        messages = draw(st.integers(0, 50))
+        live = draw(st.integers(1, size)) if messages else 0
+        marks = draw(st.integers(0, 40) | st.just(0))
+        age = draw(st.floats(0.0, 1e6, allow_nan=False))
+        files.append(FileView(file_id, size, live, messages, marks, age, file_id == active))
+    return files
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    files=file_sets(),
+    threshold=st.floats(0.0, 1.0),
+    budget=st.integers(0, 8 * SIZE),
+    small_file=st.integers(0, SIZE),
+)
+def test_plan_invariants_hold_for_any_file_set(
+    files: list[FileView], threshold: float, budget: int, small_file: int
+) -> None:
+    p = plan(files, threshold=threshold, budget=budget, small_file=small_file)
+    by_id = {f.file_id: f for f in files}
+
+    # Never the write head; never a file twice; never deleted and copied at once.
+    assert all(not by_id[i].active for i in p.reclaim + p.rewrite)
+    assert len(set(p.rewrite)) == len(p.rewrite)
+    assert not set(p.reclaim) & set(p.rewrite)
+
+    # Deletion only of files holding nothing needed, and all of those.
+    assert set(p.reclaim) == {f.file_id for f in files if f.reclaimable}
+
+    # A rewrite victim is sealed, holds something, and is sparse or small.
+    for i in p.rewrite:
+        f = by_id[i]
+        assert not f.reclaimable
+        assert f.live_ratio < threshold or f.size < small_file
+
+    # The budget: only a lone victim may exceed it.
+    spent = sum(by_id[i].copy_cost for i in p.rewrite)
+    assert spent <= budget or len(p.rewrite) == 1
+
+    sealed = [f for f in files if not f.active and not f.reclaimable]
+    sparse = [f for f in sealed if f.live_ratio < threshold]
+    # Progress: if any file is sparse, the best one is in the pass.
+    if sparse:
+        best = max(benefit_cost(f) for f in sparse)
+        assert p.rewrite, "a pass with sparse files rewrote nothing"
+        assert benefit_cost(by_id[p.rewrite[0]]) == best
+    # Greedy completeness: a sparse file left out did not fit what the pass spent.
+    for f in sparse:
+        if f.file_id not in p.rewrite:
+            assert spent + f.copy_cost > budget
+
+    # Sparse victims come first, in benefit/cost order.
+    sparse_ids = {f.file_id for f in sparse}
+    chosen_sparse = [i for i in p.rewrite if i in sparse_ids]
+    assert p.rewrite[: len(chosen_sparse)] == chosen_sparse
+    keys = [benefit_cost(by_id[i]) for i in chosen_sparse]
+    assert keys == sorted(keys, reverse=True)
+
+    # Merging: small files are only moved together with something else.
+    if p.rewrite and not chosen_sparse:
+        assert len(p.rewrite) >= 2
