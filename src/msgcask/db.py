@@ -325,11 +325,13 @@ class Store:
     # -- writing -------------------------------------------------------------------
 
     def _append(self, data: bytes) -> Position:
+        if self._env.changes > _MAX_CHANGES_PER_COMMIT:
+            # Before the write: every earlier operation is fully applied, so the
+            # index and the checkpoint agree (after the write they would not).
+            self._commit_index()
         file_id, offset = self._journal.append(data)
         self._acct[file_id].size += len(data)
         self._data_bytes += len(data)
-        if self._env.changes > _MAX_CHANGES_PER_COMMIT:
-            self._commit_index()
         return file_id, offset
 
     def _wait_durable(self, pos: Position) -> None:
@@ -573,38 +575,49 @@ class Store:
                     rt.waiting -= 1
 
     def _deliver_next(self, rt: _QueueRuntime, selector: Selector | None) -> Message | None:
-        start = rt.cursor if selector is None else rt.selector_cursors.get(selector)
+        found = self._find_next(rt, selector)
+        if found is None:
+            return None
+        msg_id, entry, put = found
+        deliveries = min(entry.deliveries + 1, fmt.MAX_DELIVERIES_COUNTED)
+        file_id, _ = self._append(codec.encode_deliver(msg_id, deliveries))
+        self._catalog.deliver(msg_id, deliveries, file_id, entry)
+        self._inflight[msg_id] = rt
+        return Message(msg_id, rt.name, put.body, put.headers, entry.priority, deliveries)
+
+    def _find_next(
+        self, rt: _QueueRuntime, selector: Selector | None
+    ) -> tuple[int, Live, codec.Put] | None:
+        """The next available message for ``selector``, moving the queue's cursor."""
+        try:
+            start = rt.cursor if selector is None else rt.selector_cursors.get(selector)
+        except TypeError:  # a selector that cannot be weakly referenced has no cursor
+            start = None
         prefix = keys.ORDER_PREFIX.pack(rt.qid)
         inflight = self._inflight
-        cursor = self._env.txn.cursor(db=self._env.order)
-        try:
-            found = cursor.set_range(start or prefix)
-            last_key = None
-            while found:
+        last_key = None
+        # The cursor is closed before anything is written: a write may commit the
+        # index transaction, which would invalidate it.
+        with self._env.txn.cursor(db=self._env.order) as cursor:
+            more = cursor.set_range(start or prefix)
+            while more:
                 key = cursor.key()
                 if key[:4] != prefix:
                     break
                 last_key = key
                 msg_id = keys.order_key_id(key)
+                more = cursor.next()
                 if msg_id in inflight:
-                    found = cursor.next()
                     continue
                 entry = self._catalog.lookup(msg_id)
                 put = self._read_put(msg_id, entry) if isinstance(entry, Live) else None
                 if put is None or (selector is not None and not selector(put.headers)):
-                    found = cursor.next()
                     continue
                 assert isinstance(entry, Live)
-                self._set_cursor(rt, selector, key)
-                deliveries = min(entry.deliveries + 1, fmt.MAX_DELIVERIES_COUNTED)
-                file_id, _ = self._append(codec.encode_deliver(msg_id, deliveries))
-                self._catalog.deliver(msg_id, deliveries, file_id, entry)
-                inflight[msg_id] = rt
-                return Message(msg_id, rt.name, put.body, put.headers, entry.priority, deliveries)
-        finally:
-            cursor.close()
+                self._set_cursor(rt, selector, bytes(key))
+                return msg_id, entry, put
         if last_key is not None:
-            self._set_cursor(rt, selector, last_key)
+            self._set_cursor(rt, selector, bytes(last_key))
         return None
 
     @staticmethod
@@ -677,23 +690,21 @@ class Store:
             msg_id = self._resolve_delivered(rt, target)
             entry = self._catalog.lookup(msg_id)
             assert isinstance(entry, Live)
-            if rt.max_deliveries is not None and entry.deliveries >= rt.max_deliveries:
-                self._dead_letter(rt, msg_id, entry)
+            if rt.max_deliveries is None or entry.deliveries < rt.max_deliveries:
+                del self._inflight[msg_id]
+                rt.rewind(keys.order_key(rt.qid, entry.priority, msg_id))
+                rt.wake()
                 return
-            del self._inflight[msg_id]
-            rt.rewind(keys.order_key(rt.qid, entry.priority, msg_id))
-            rt.wake()
-
-    def _dead_letter(self, rt: _QueueRuntime, msg_id: int, entry: Live) -> None:
-        """Move a message to its dead-letter queue: one batch of PUT (new id) + ACK."""
-        put = self._read_put(msg_id, entry)
-        if put is None:  # damaged: quarantined instead
-            del self._inflight[msg_id]
-            return
+            put = self._read_put(msg_id, entry)
+            if put is None:  # damaged: quarantined instead of dead-lettered
+                del self._inflight[msg_id]
+                return
+            dlq = rt.dead_letter_queue or f"DLQ.{rt.name}"
+        # Dead-letter: one batch of PUT (a new id, in the DLQ) and ACK of the original.
+        # Written outside the lock, since a batch may first wait for space.
         headers = dict(put.headers)
         headers["x-dead-letter-from"] = rt.name
         headers["x-original-id"] = str(msg_id)
-        dlq = rt.dead_letter_queue or f"DLQ.{rt.name}"
         self._write_batch([_PendingPut(dlq, put.body, headers, put.priority)], [msg_id])
 
     def _browse(self, name: str) -> Iterator[Message]:
