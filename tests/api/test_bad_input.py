@@ -440,3 +440,47 @@ def test_error_hierarchy() -> None:
         assert issubclass(getattr(msgcask, name), msgcask.Error), name
     assert issubclass(msgcask.Empty, stdlib_queue.Empty)
     assert issubclass(msgcask.Error, Exception)
+
+
+class TestStoreFull:
+    LIMIT = 4 * SMALL_FILE  # the smallest max_store_size the store accepts for these files
+
+    def test_store_full_refuses_the_put_and_changes_nothing(
+        self, store_path: Path, snapshot: Snapshot
+    ) -> None:
+        store = msgcask.open(store_path, max_file_size=SMALL_FILE, max_store_size=self.LIMIT)
+        try:
+            q = store.queue("q")
+            for i in range(1000):
+                try:
+                    q.put(b"%06d" % i + b"x" * 3000)
+                except msgcask.StoreFullError as e:
+                    full_at = i
+                    message = str(e)
+                    break
+            else:
+                raise AssertionError("1000 puts of 3 KB each never filled a 256 KiB store")
+            assert full_at > 0
+            assert message, "StoreFullError says why (live bytes, the limit)"
+            # The refused put may compact to make room (files change), but the queues not.
+            before = snapshot(store)
+            with pytest.raises(msgcask.StoreFullError):
+                q.put(b"y" * 3000)
+            assert snapshot(store) == before
+            assert len(q) == full_at
+        finally:
+            store.close()
+
+    def test_dead_data_never_causes_store_full(self, store_path: Path) -> None:
+        # Live data stays under half the limit while several limits' worth is written.
+        store = msgcask.open(store_path, max_file_size=SMALL_FILE, max_store_size=self.LIMIT)
+        try:
+            q = store.queue("q")
+            for rnd in range(8):
+                for i in range(35):
+                    q.put(b"%d-%d" % (rnd, i) + b"z" * 3000)
+                for _ in range(35):
+                    q.ack(q.get(block=False))
+            assert len(q) == 0
+        finally:
+            store.close()

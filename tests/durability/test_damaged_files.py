@@ -176,6 +176,31 @@ class TestBitFlip:
         assert target.exists()
 
 
+def test_bad_record_inside_the_last_file_is_not_mistaken_for_a_torn_tail(
+    store_path: Path, data_files: DataFiles, verify: Verify
+) -> None:
+    # A checksum mismatch followed by good records is damage, not a torn write: cutting
+    # the file there would throw away every intact record after it.
+    expected = put_bodies(store_path, 12, SMALL_FILE, size=2000)
+    files = data_files(store_path)
+    last = files[-1]
+    hits = [(mid, find_record_with(last, b)) for mid, b in expected.items()]
+    in_last = [(mid, r) for mid, r in hits if r is not None]
+    assert len(in_last) >= 5, "test setup: the last file holds several messages"
+    damaged_id, rec = in_last[2]
+    at = rec.payload.find(expected[damaged_id]) + 100
+    flip_byte(last, rec.start + 13 + at)
+    size = last.stat().st_size
+    shutil.rmtree(store_path / "index")  # the rebuild scans the whole last file
+    with msgcask.open(store_path, max_file_size=SMALL_FILE, compaction_interval=None) as store:
+        want = sorted((mid, b) for mid, b in expected.items() if mid != damaged_id)
+        assert browse_all(store) == want
+        reports = list(store.stats().corruptions)
+        assert any(mentions(r, last, rec.start) for r in reports), reports
+        verify(store)
+    assert last.stat().st_size >= size, "intact records after the damage were cut off"
+
+
 def mixed_history(store: msgcask.Store) -> dict[int, int]:
     """Puts, gets, acks, nacks, dead-lettering, a transaction and a purge, spread over
     several files (a deleted queue has its own test in test_deleted_queue_replay.py). Returns id -> deliveries so far for messages still live."""
