@@ -295,6 +295,8 @@ class Store:
         while not self._stop.wait(self.options.sync_interval):
             try:
                 self.sync()
+                if self._acct.emptied:
+                    self._compactor.reclaim_emptied()
             except ClosedError:
                 return
             except Exception:  # keep flushing; the next foreground write will raise
@@ -411,7 +413,11 @@ class Store:
     def _runtime(self, name: str) -> _QueueRuntime:
         rt = self._queues.get(name)
         if rt is None:
+            created = name not in self._catalog.queue_ids
             qid = self._catalog.queue_id(name)
+            if created:
+                # Queues are not journaled: commit now so a crash keeps the new queue.
+                self._commit_index()
             rt = _QueueRuntime(name, name.encode(), qid, threading.Condition(self._lock))
             self._queues[name] = rt
         return rt
@@ -437,6 +443,7 @@ class Store:
             removed = self._remove_messages(rt, include_delivered=True)
             self._catalog.drop_queue(name)
             del self._queues[name]
+            self._commit_index()  # so a crash cannot bring the queue back
             rt.cond.notify_all()
             pos = self._journal.position
         self._wait_durable(pos)

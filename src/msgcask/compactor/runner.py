@@ -105,6 +105,42 @@ class Compactor:
             self.last = report
             return report
 
+    def reclaim_emptied(self) -> int:
+        """Delete the files that became reclaimable since the last call (they are
+        noted as counters drop to zero). Skips, returning 0, if a pass is running:
+        that pass deletes them. Returns the number of files deleted."""
+        store = self._store
+        if not self._mutex.acquire(blocking=False):
+            return 0
+        try:
+            deleted = 0
+            for _ in range(_MAX_RECLAIM_ROUNDS):
+                with store._lock:
+                    head = store._journal.head_id
+                    emptied = store._acct.emptied
+                    ready = [
+                        f
+                        for f in emptied
+                        if f != head
+                        and f in store._acct.files
+                        and store._acct.files[f].reclaimable
+                        and not store._acct.files[f].retired
+                    ]
+                    # The head stays noted: it becomes deletable once sealed.
+                    emptied.intersection_update({head} if head in emptied else set())
+                if not ready:
+                    break
+                files, freed = reclaim(store, sorted(ready))
+                deleted += files
+                self.totals = replace(
+                    self.totals,
+                    files_deleted=self.totals.files_deleted + files,
+                    bytes_reclaimed=self.totals.bytes_reclaimed + freed,
+                )
+            return deleted
+        finally:
+            self._mutex.release()
+
     def make_room(self, needed: int, limit: int) -> None:
         """Space pressure: compact every file with any dead bytes, sealing the
         write head first if it is what holds them, until ``needed`` more bytes

@@ -72,6 +72,20 @@ class Accounting:
 
     files: dict[int, FileAccount] = field(default_factory=dict)
     _written: dict[int, bytes] = field(default_factory=dict)
+    # Files that became reclaimable (nothing needed left): deleted at once by
+    # the store's background flush instead of waiting for a compaction pass.
+    emptied: set[int] = field(default_factory=set)
+
+    def note(self, stats: FileAccount) -> None:
+        """Call after lowering a counter: remembers the file if nothing in it is needed."""
+        if not stats.live_messages and not stats.needed_marks:
+            self.emptied.add(stats.file_id)
+
+    def drop_mark(self, file_id: int) -> None:
+        """One ACK/DELIVER record in ``file_id`` stopped being needed."""
+        stats = self.files[file_id]
+        stats.needed_marks -= 1
+        self.note(stats)
 
     def add(self, stats: FileAccount) -> None:
         self.files[stats.file_id] = stats

@@ -163,7 +163,7 @@ class Catalog:
         stats.live_bytes -= entry.size
         stats.live_messages -= 1
         if entry.deliver_file:
-            self.acct[entry.deliver_file].needed_marks -= 1
+            self.acct.drop_mark(entry.deliver_file)
         mkey = keys.msg_key(msg_id)
         if entry.file_id == ack_file:
             txn.delete(mkey, db=self.env.msgs)
@@ -172,6 +172,7 @@ class Catalog:
             txn.put(mkey, keys.pack_acked(entry.file_id, ack_file), db=self.env.msgs)
             stats.dead_puts += 1
             self.acct[ack_file].needed_marks += 1
+        self.acct.note(stats)
         self.env.changes += 2
         return entry
 
@@ -190,7 +191,7 @@ class Catalog:
         if deliveries <= entry.deliveries:
             return None
         if entry.deliver_file:
-            self.acct[entry.deliver_file].needed_marks -= 1
+            self.acct.drop_mark(entry.deliver_file)
         self.acct[file_id].needed_marks += 1
         # Built directly: NamedTuple._replace costs more than the index write.
         entry = Live(
@@ -251,7 +252,7 @@ class Catalog:
         new.live_messages += 1
         deliver_file = entry.deliver_file
         if deliver_file and entry.deliveries <= deliveries:
-            self.acct[deliver_file].needed_marks -= 1  # the copy carries the count now
+            self.acct.drop_mark(deliver_file)  # the copy carries the count now
             deliver_file = 0
         self._store(
             msg_id,
@@ -292,7 +293,7 @@ class Catalog:
             entry = self.lookup(msg_id)
             if isinstance(entry, Acked) and entry.put_file == file_id:
                 self.env.txn.delete(keys.msg_key(msg_id), db=self.env.msgs)
-                self.acct[entry.ack_file].needed_marks -= 1
+                self.acct.drop_mark(entry.ack_file)
                 self.acct[file_id].dead_puts -= 1
 
     def needed_ack(self, msg_id: int, file_id: int) -> Acked | None:

@@ -150,9 +150,9 @@ class Recovery:
             env = IndexEnv(index_path)
             self.report.mode = "rebuild" if self.files.handles else "new"
             catalog = self._rebuild(env)
-        if self.report.mode != "clean":
+        if self.report.mode == "rebuild":
             # The journal records queues only through their messages: after a
-            # replay or rebuild, a queue exists if it holds messages.
+            # rebuild, a queue exists if it holds messages.
             catalog.prune_empty_queues()
         self.report.seconds = time.monotonic() - started
         return env, catalog

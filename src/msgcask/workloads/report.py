@@ -118,7 +118,11 @@ def _phase_lines(run: dict[str, Any]) -> list[str]:
     ph, label, out = run["phases"], run["label"], []
     if "drain_history" in ph:
         d = ph["drain_history"]
-        files = ", ".join(str(x["data_files"]) for x in d["drains"])
+        files = ", ".join(
+            str(x["data_files"])
+            + (f" ({x['data_files_settled']} settled)" if "data_files_settled" in x else "")
+            for x in d["drains"]
+        )
         out.append(
             f"{label}: after/fresh put/s {fmt(d['put_throughput_ratio'], '.2f')}, "
             f"get+ack/s {fmt(d['get_ack_throughput_ratio'], '.2f')}, put p99 "
