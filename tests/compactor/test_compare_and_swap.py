@@ -1,0 +1,252 @@
+"""The swap is compare-and-swap per message (design brief, compactor mechanisms).
+
+A compaction decides what to copy, then writes the copy without the store lock, then
+swaps the index over to the copy. Whatever the foreground does to a message between the
+decision and the swap must win: an ack stays an ack (the copy is dead and its ACK must
+outlive it), a nack/redelivery keeps its new delivery count, a dead-lettering moves the
+message exactly once. These tests hook the compacted output file's writes (through the
+FileSystem seam) and act on the message at exactly that moment, from the same thread:
+the output is written without the store lock (rewrite._write_output), so nothing waits.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import msgcask
+from msgcask.store import format as fmt
+from msgcask.store.fs import DataFile, FileSystem
+
+MAX_FILE_SIZE = 64 * 1024
+BODY = 1000
+
+
+class HookedFile(DataFile):
+    """A data file that calls ``fs.hook`` while the compactor writes copies into it."""
+
+    fs: HookedFS
+    is_output = False
+    appends = 0
+
+    def append(self, data: bytes) -> int:
+        if self.size == 0 and data[:8] == fmt.MAGIC and data[10] == fmt.KIND_COMPACTED:
+            self.is_output = True
+        elif self.is_output:
+            self.appends += 1
+            # Append 1 is the MANIFEST, 2 the first batch of copied records.
+            if self.appends == 2 and self.fs.hook is not None:
+                hook, self.fs.hook = self.fs.hook, None
+                hook()
+                self.fs.fired += 1
+        return super().append(data)
+
+
+class HookedFS(FileSystem):
+    def __init__(self) -> None:
+        self.hook: Callable[[], object] | None = None
+        self.fired = 0
+
+    def _wrap(self, path: str, fd: int, size: int) -> DataFile:
+        f = HookedFile(path, fd, size)
+        f.fs = self
+        return f
+
+
+def _open(path: Path, fs: FileSystem | None = None) -> msgcask.Store:
+    return msgcask.Store(path, max_file_size=MAX_FILE_SIZE, compaction_interval=None, _fs=fs)
+
+
+def _body(i: int) -> bytes:
+    return (b"%06d" % i) * (BODY // 6)
+
+
+def _fill_sparse_files(
+    store: msgcask.Store, name: str = "q", max_deliveries: int | None = None
+) -> list[int]:
+    """Put ~2 files of messages, consume all but every 20th; return the ids left."""
+    q = store.queue(name, max_deliveries=max_deliveries)
+    ids = [q.put(_body(i), headers={"i": str(i)}) for i in range(130)]
+    kept = ids[::20]
+    taken = [q.get(block=False) for _ in ids]
+    for m in taken:
+        if m.id in kept:
+            q.nack(m)  # back to the queue, delivered once
+        else:
+            q.ack(m)
+    # Roll the head so the files holding those messages are sealed victims.
+    filler = store.queue("filler")
+    for i in range(70):
+        filler.put(_body(i))
+    for _ in range(70):
+        filler.ack(filler.get(block=False))
+    return kept
+
+
+def _live_ids(store: msgcask.Store) -> dict[int, msgcask.Message]:
+    return {m.id: m for name in store.queues() for m in store.queue(name).browse()}
+
+
+def _reopen_both_ways(path: Path, tmp_path: Path) -> list[msgcask.Store]:
+    """The store reopened with its index (replay) and a copy without it (rebuild)."""
+    copy = tmp_path / "rebuilt"
+    shutil.copytree(path, copy)
+    shutil.rmtree(copy / "index")
+    return [_open(path), _open(copy)]
+
+
+def _deliver(store: msgcask.Store, name: str, msg_id: int) -> msgcask.Message:
+    """Get exactly ``msg_id`` (a selector on its header), delivering nothing else."""
+    q = store.queue(name)
+    tag = next(m.headers["i"] for m in q.browse() if m.id == msg_id)
+    m = q.get(block=False, selector=lambda h: h.get("i") == tag)
+    assert m.id == msg_id
+    return m
+
+
+def test_message_acked_while_its_copy_is_written_stays_acked(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    fs = HookedFS()
+    store = _open(path, fs)
+    kept = _fill_sparse_files(store)
+    q = store.queue("q")
+    victim_ids = kept[:3]
+    delivered = [_deliver(store, "q", i) for i in victim_ids]
+
+    def ack_all() -> None:  # runs while the copies are being written
+        for m in delivered:
+            q.ack(m)
+
+    fs.hook = ack_all
+
+    report = store.compact()
+    assert fs.fired == 1, "the hook never ran: no compacted output was written"
+    assert report.files_rewritten >= 1
+    for i in victim_ids:
+        assert store._message_state(i) == "acked", f"message {i}: the copy undid the ack"
+    assert store.verify() == []
+    live = _live_ids(store)
+    assert set(live) == set(kept) - set(victim_ids)
+    # The copies of the acked messages are dead bytes, not live ones.
+    st = store.stats()
+    assert st.live_messages == len(kept) - len(victim_ids)
+    compacted = [f for f in st.files if f.kind == "compacted"]
+    assert len(compacted) == 1
+    assert compacted[0].live_messages == len(kept) - len(victim_ids)
+
+    # The ACK records must now outlive the dead copies, in the file that holds them.
+    head = next(f.file_id for f in st.files if f.active)
+    kept_by_head = store.why_kept(head)
+    for i in victim_ids:
+        assert (i, compacted[0].file_id) in kept_by_head.needed_acks, (
+            f"ACK of {i} is not kept for its copy in {compacted[0].file_id}: {kept_by_head}"
+        )
+    store.close()
+
+    for s in _reopen_both_ways(path, tmp_path):
+        with s:
+            assert set(_live_ids(s)) == set(kept) - set(victim_ids), s.recovery.mode
+            assert s.verify() == []
+
+
+def test_ack_of_a_dead_copy_is_carried_when_its_own_file_is_compacted(tmp_path: Path) -> None:
+    # Follow-up of the case above: the file holding the ACKs becomes a victim itself. If
+    # the ACKs were dropped instead of carried, a rebuild would resurrect the messages
+    # from their dead copies.
+    path = tmp_path / "store"
+    fs = HookedFS()
+    store = _open(path, fs)
+    kept = _fill_sparse_files(store)
+    q = store.queue("q")
+    acked_ids = kept[:2]
+    delivered = [_deliver(store, "q", i) for i in acked_ids]
+
+    def ack_all() -> None:  # runs while the copies are being written
+        for m in delivered:
+            q.ack(m)
+
+    fs.hook = ack_all
+    store.compact()
+    assert fs.fired == 1
+    # Seal the head that holds the ACKs, then compact everything with dead bytes.
+    filler = store.queue("filler")
+    for i in range(70):
+        filler.put(_body(i))
+    for _ in range(70):
+        filler.ack(filler.get(block=False))
+    for _ in range(3):
+        store.compact(threshold=1.0)
+    assert store.verify() == []
+    for i in acked_ids:
+        # "unknown" once the dead copy itself is gone and the ACK with it.
+        assert store._message_state(i) in ("acked", "unknown")
+    store.close()
+
+    for s in _reopen_both_ways(path, tmp_path):
+        with s:
+            assert set(_live_ids(s)) == set(kept) - set(acked_ids), s.recovery.mode
+            assert s.verify() == []
+
+
+def test_redelivery_during_the_copy_keeps_the_new_delivery_count(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    fs = HookedFS()
+    store = _open(path, fs)
+    kept = _fill_sparse_files(store)
+    q = store.queue("q")
+    target = kept[1]
+    # Delivered once before the copy is planned (count 2: the fill delivered it once).
+    first = _deliver(store, "q", target)
+    assert first.deliveries == 2
+    seen: list[msgcask.Message] = []
+
+    def nack_and_redeliver() -> None:
+        q.nack(first)
+        seen.append(_deliver(store, "q", target))
+
+    fs.hook = nack_and_redeliver
+    store.compact()
+    assert fs.fired == 1
+    assert seen[0].deliveries == 3
+    assert _live_ids(store)[target].deliveries == 3, "the copy's stale count won"
+    assert store.verify() == []
+    store.close()
+
+    for s in _reopen_both_ways(path, tmp_path):
+        with s:
+            live = _live_ids(s)
+            assert set(live) == set(kept), s.recovery.mode
+            assert live[target].deliveries == 3, (
+                f"{s.recovery.mode}: delivery count {live[target].deliveries}, want 3"
+            )
+            # And it comes back as a redelivery, counted on from there.
+            assert _deliver(s, "q", target).deliveries == 4
+            assert s.verify() == []
+
+
+def test_dead_lettering_during_the_copy_moves_the_message_once(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    fs = HookedFS()
+    store = _open(path, fs)
+    kept = _fill_sparse_files(store, max_deliveries=5)
+    q = store.queue("q", max_deliveries=2)
+    target = kept[2]
+    m = _deliver(store, "q", target)
+    assert m.deliveries >= 2
+    fs.hook = lambda: q.nack(m)  # over max_deliveries: to DLQ.q with a new id
+    store.compact()
+    assert fs.fired == 1
+    assert store._message_state(target) == "acked"
+    dlq = list(store.queue("DLQ.q").browse())
+    assert [d.headers["x-original-id"] for d in dlq] == [str(target)]
+    assert dlq[0].body == m.body
+    assert store.verify() == []
+    store.close()
+
+    for s in _reopen_both_ways(path, tmp_path):
+        with s:
+            live = _live_ids(s)
+            assert target not in live, f"{s.recovery.mode}: dead-lettered original is back"
+            assert set(live) == (set(kept) - {target}) | {dlq[0].id}
+            assert s.verify() == []
