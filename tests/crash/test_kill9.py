@@ -87,8 +87,19 @@ def parse(text: str) -> Report:
 
 
 def run_and_kill(
-    path: Path, sync: str, seed: int, max_file_size: int, workload: str, delay: float
+    path: Path,
+    sync: str,
+    seed: int,
+    max_file_size: int,
+    workload: str,
+    delay: float,
+    kill_inside: str | None = None,
 ) -> str:
+    """Run the writer, SIGKILL it ``delay`` seconds after it started; return its report.
+
+    With ``kill_inside="c"`` the kill then waits (up to 5 s) until the last reported
+    line announces that operation, so that it lands while the operation runs.
+    """
     out_path = path.parent / f"writer-{seed}.out"
     err_path = path.parent / f"writer-{seed}.err"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
@@ -104,6 +115,11 @@ def run_and_kill(
             assert time.monotonic() < deadline, "writer did not start within 60 s"
             time.sleep(0.01)
         time.sleep(delay)
+        if kill_inside is not None:
+            marker = f"\n{kill_inside}\n".encode()
+            until = time.monotonic() + 5
+            while not out_path.read_bytes().endswith(marker) and time.monotonic() < until:
+                time.sleep(0.0005)
         # If the writer already exited, the store raised in the middle of its loop.
         assert proc.poll() is None, f"writer failed before the kill: {err_path.read_text()}"
         os.kill(proc.pid, signal.SIGKILL)
@@ -197,14 +213,20 @@ def crash_loop(
     verify: Verify,
     unexpected_entries: Callable[[Path], list[str]],
     data_files: Callable[[Path], list[Path]],
-) -> int:
+) -> tuple[int, int]:
+    """Kill and check ``iterations`` times; return (report lines, kills inside compact)."""
     rng = random.Random(f"{sync}-{workload}-{iterations}")
     total_lines = 0
+    in_compaction = 0
     for i in range(iterations):
         seed = rng.randrange(10**6) * 1000 + i
-        text = run_and_kill(path, sync, seed, max_file_size, workload, delay=rng.uniform(0.05, 0.8))
+        # In the compaction workload every other kill is aimed at a running compact().
+        aim = "c" if workload == "compact" and i % 2 == 0 else None
+        delay = rng.uniform(0.05, 0.8)
+        text = run_and_kill(path, sync, seed, max_file_size, workload, delay, aim)
         report = parse(text)
         total_lines += report.lines
+        in_compaction += report.pending == "c"
         try:
             store = msgcask.open(path, max_file_size=max_file_size, compaction_interval=None)
         except Exception as e:  # the message must say which iteration broke
@@ -215,7 +237,7 @@ def crash_loop(
             verify(store)
         finally:
             store.close()
-    return total_lines
+    return total_lines, in_compaction
 
 
 @pytest.mark.crash
@@ -229,7 +251,7 @@ def test_kill9_loses_no_returned_put_and_undoes_no_returned_ack(
     unexpected_entries: Callable[[Path], list[str]],
     data_files: Callable[[Path], list[Path]],
 ) -> None:
-    lines = crash_loop(
+    lines, _ = crash_loop(
         store_path, sync, scaled(4), "mixed", 65536, verify, unexpected_entries, data_files
     )
     # The writer really worked before being killed (otherwise nothing was tested).
@@ -247,10 +269,11 @@ def test_kill9_during_compaction_leaves_a_consistent_store(
 ) -> None:
     if not hasattr(msgcask.Store, "compact"):
         pytest.skip("msgcask.Store.compact is not implemented yet")
-    lines = crash_loop(
+    lines, in_compaction = crash_loop(
         store_path, "periodic", scaled(4), "compact", 65536, verify, unexpected_entries, data_files
     )
     assert lines > 10
+    print(f"{in_compaction} kills landed inside compact()")
     # The store still compacts cleanly after all those interrupted passes.
     with msgcask.open(store_path, max_file_size=65536, compaction_interval=None) as store:
         store.compact()
