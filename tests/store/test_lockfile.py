@@ -1,0 +1,103 @@
+"""store/lockfile.py: one writer per store, within a process and across processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import msgcask
+from msgcask.store.lockfile import StoreLock, lock_holder
+
+# A child that takes the lock, says so, and holds it until its stdin closes.
+HOLDER = """
+import sys
+from msgcask.store.lockfile import StoreLock
+lock = StoreLock(sys.argv[1])
+print("locked", flush=True)
+sys.stdin.read()
+lock.release()
+"""
+
+
+@pytest.fixture
+def lock_path(tmp_path: Path) -> str:
+    return str(tmp_path / "LOCK")
+
+
+@pytest.fixture
+def other_process(lock_path: str) -> Iterator[subprocess.Popen[str]]:
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, lock_path],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "locked"
+    yield child
+    assert child.stdin is not None
+    child.stdin.close()
+    child.wait(30)
+
+
+def test_lock_records_the_holder_pid(lock_path: str) -> None:
+    lock = StoreLock(lock_path)
+    try:
+        assert Path(lock_path).read_text().strip() == str(os.getpid())
+        assert lock_holder(lock_path) == os.getpid()
+    finally:
+        lock.release()
+
+
+def test_second_lock_in_the_same_process_is_refused(lock_path: str) -> None:
+    lock = StoreLock(lock_path)
+    try:
+        with pytest.raises(msgcask.StoreLockedError, match=f"pid {os.getpid()}"):
+            StoreLock(lock_path)
+        # The refused attempt must not have disturbed the holder's record.
+        assert lock_holder(lock_path) == os.getpid()
+    finally:
+        lock.release()
+
+
+def test_lock_in_another_process_is_refused_naming_its_pid(
+    lock_path: str, other_process: subprocess.Popen[str]
+) -> None:
+    with pytest.raises(msgcask.StoreLockedError, match=f"pid {other_process.pid}"):
+        StoreLock(lock_path)
+    assert lock_holder(lock_path) == other_process.pid
+
+
+def test_lock_is_free_again_after_the_other_process_exits(
+    lock_path: str, other_process: subprocess.Popen[str]
+) -> None:
+    assert other_process.stdin is not None
+    other_process.stdin.close()
+    assert other_process.wait(30) == 0
+    lock = StoreLock(lock_path)
+    lock.release()
+
+
+def test_released_lock_has_no_holder_and_can_be_taken_again(lock_path: str) -> None:
+    StoreLock(lock_path).release()
+    assert lock_holder(lock_path) is None
+    lock = StoreLock(lock_path)
+    lock.release()
+    lock.release()  # twice is harmless
+
+
+def test_no_lock_file_means_no_holder(tmp_path: Path) -> None:
+    assert lock_holder(str(tmp_path / "missing")) is None
+
+
+def test_second_open_of_a_store_in_the_same_process_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with msgcask.open(path, compaction_interval=None):
+        with pytest.raises(msgcask.StoreLockedError, match=str(os.getpid())):
+            msgcask.open(path, compaction_interval=None)
+    with msgcask.open(path, compaction_interval=None):  # released on close
+        pass

@@ -1,0 +1,360 @@
+"""store/recovery.py: what opening a store does with the files and index it finds.
+
+Directory states are built two ways: through the API and then damaged, or by hand with
+the codec functions (``write_data_file``), so each test states exactly which bytes are on
+disk. Each test is named after the state it recovers from.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import lmdb
+import pytest
+
+import msgcask
+from msgcask.index import keys
+from msgcask.index.env import boot_id
+from msgcask.store import codec
+from msgcask.store import format as fmt
+from msgcask.store.filenames import data_file_name
+
+HEADER = fmt.FILE_HEADER_SIZE
+
+
+def open_store(path: Path, **kw: object) -> msgcask.Store:
+    return msgcask.open(path, compaction_interval=None, **kw)
+
+
+def put_record(msg_id: int, queue: str = "q", body: bytes | None = None) -> bytes:
+    body = b"message %d" % msg_id if body is None else body
+    return codec.encode_put(msg_id, queue.encode(), 4, 0, b"", body)
+
+
+def write_data_file(
+    directory: Path, file_id: int, records: list[bytes], *, kind: int = fmt.KIND_JOURNAL
+) -> Path:
+    """A data file as the store writes it: header, then records back to back."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / data_file_name(file_id)
+    path.write_bytes(codec.encode_file_header(kind, file_id, 1) + b"".join(records))
+    return path
+
+
+def record_offsets(records: list[bytes]) -> list[int]:
+    out, pos = [], HEADER
+    for r in records:
+        out.append(pos)
+        pos += len(r)
+    return out
+
+
+def browse(store: msgcask.Store, queue: str = "q") -> list[tuple[int, bytes]]:
+    return [(m.id, bytes(m.body)) for m in store.queue(queue).browse()]
+
+
+def abandon(store: msgcask.Store) -> None:
+    """Stop ``store`` the way kill -9 would: no sync, no index commit, no clean flag.
+
+    Everything appended is in the files (the OS has it); index changes since the last
+    commit are lost with the aborted transaction.
+    """
+    store._scheduler.shutdown()
+    store._stop.set()
+    store._flusher.join()
+    with store._lock:
+        store._closed = True
+        store._env.close()
+        for handle in store._handles.values():
+            handle.close()
+        store._lock_file.release()
+
+
+def set_meta(store_path: Path, values: dict[bytes, bytes]) -> None:
+    """Overwrite values in the index's meta table, behind the store's back."""
+    env = lmdb.open(str(store_path / "index"), max_dbs=8, lock=False, map_size=2**30)
+    try:
+        meta = env.open_db(b"meta", create=False)
+        with env.begin(write=True) as txn:
+            for key, value in values.items():
+                txn.put(key, value, db=meta)
+    finally:
+        env.close()
+
+
+def make_store(path: Path, n: int = 5) -> dict[int, bytes]:
+    with open_store(path) as store:
+        q = store.queue("q")
+        return {q.put(b"message %d" % i): b"message %d" % i for i in range(n)}
+
+
+# -- fresh and clean ---------------------------------------------------------------
+
+
+def test_new_store(store_path: Path) -> None:
+    with open_store(store_path) as store:
+        assert store.recovery.mode == "new"
+        assert store.recovery.corruptions == []
+
+
+def test_clean_close_reopens_without_replay(store_path: Path) -> None:
+    expected = make_store(store_path)
+    with open_store(store_path) as store:
+        assert (store.recovery.mode, store.recovery.records) == ("clean", 0)
+        assert browse(store) == sorted(expected.items())
+
+
+def test_unclean_close_in_this_boot_replays_from_the_checkpoint(store_path: Path) -> None:
+    # The index committed at open; the puts after it are only in the journal.
+    store = open_store(store_path, sync_interval=3600)
+    q = store.queue("q")
+    ids = [q.put(b"x%d" % i) for i in range(4)]
+    abandon(store)
+    with open_store(store_path) as store:
+        assert store.recovery.mode == "replay"
+        assert store.recovery.records == 4
+        assert [m for m, _ in browse(store)] == ids
+        assert store.verify() == []
+
+
+# -- torn tail ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keep", [1, 12, 13, 30])
+@pytest.mark.parametrize("index", ["kept", "removed"])
+def test_torn_tail_is_truncated_to_the_last_good_record(
+    store_path: Path, keep: int, index: str
+) -> None:
+    expected = make_store(store_path)
+    [last] = sorted(store_path.glob("*.log"))
+    good = last.read_bytes()
+    with last.open("ab") as f:
+        f.write(put_record(99, body=b"y" * 40)[:keep])
+    if index == "removed":
+        shutil.rmtree(store_path / "index")
+    with open_store(store_path) as store:
+        assert last.stat().st_size == len(good)
+        assert last.read_bytes() == good
+        [report] = store.recovery.corruptions
+        assert (report.file_id, report.offset, report.length, report.action) == (
+            1,
+            len(good),
+            keep,
+            "truncated",
+        )
+        assert browse(store) == sorted(expected.items())
+        assert store.stats().corruptions == [report]
+        assert store.verify() == []
+    with open_store(store_path) as store:  # nothing left to report the second time
+        assert store.recovery.corruptions == []
+
+
+def test_torn_batch_at_the_tail_is_truncated_whole(store_path: Path) -> None:
+    records = [put_record(1)]
+    batch = [put_record(2), put_record(3)]
+    torn = codec.encode_batch_header(2, sum(map(len, batch))) + b"".join(batch)
+    path = write_data_file(store_path, 1, records)
+    good = path.stat().st_size
+    with path.open("ab") as f:
+        f.write(torn[:-5])
+    with open_store(store_path) as store:
+        assert store.recovery.mode == "rebuild"
+        assert [m for m, _ in browse(store)] == [1]  # none of the batch
+        assert path.stat().st_size == good
+        assert store.verify() == []
+
+
+# -- damage that is not a torn tail --------------------------------------------------
+
+
+def test_mid_file_damage_is_reported_with_file_offset_length_and_skipped(
+    store_path: Path,
+) -> None:
+    records = [put_record(i) for i in range(1, 6)]
+    at = record_offsets(records)
+    path = write_data_file(store_path, 1, records)
+    raw = bytearray(path.read_bytes())
+    raw[at[2] + 20] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with open_store(store_path) as store:
+        [report] = store.recovery.corruptions
+        assert (report.file_id, report.path, report.offset, report.length, report.action) == (
+            1,
+            str(path),
+            at[2],
+            len(records[2]),
+            "skipped",
+        )
+        assert "checksum" in report.reason
+        assert data_file_name(1) in str(report) and str(at[2]) in str(report)
+        assert [m for m, _ in browse(store)] == [1, 2, 4, 5]
+        assert store.stats().corruptions == [report]
+    # Skipped bytes stay on disk for inspection.
+    assert path.read_bytes() == bytes(raw)
+
+
+def test_damaged_end_of_an_older_file_is_skipped_not_truncated(store_path: Path) -> None:
+    # Only the last journal file can have a torn tail; elsewhere it is damage.
+    old = write_data_file(store_path, 1, [put_record(1), put_record(2)])
+    with old.open("ab") as f:
+        f.write(b"\xa1" * 50)
+    size = old.stat().st_size
+    write_data_file(store_path, 2, [put_record(3)])
+    with open_store(store_path) as store:
+        [report] = store.recovery.corruptions
+        assert (report.file_id, report.action) == (1, "skipped")
+        assert [m for m, _ in browse(store)] == [1, 2, 3]
+    assert old.stat().st_size == size
+
+
+def test_leftover_temp_file_is_removed_on_open(store_path: Path) -> None:
+    make_store(store_path)
+    leftover = store_path / (data_file_name(7) + ".tmp")
+    leftover.write_bytes(codec.encode_file_header(fmt.KIND_JOURNAL, 7, 1)[:20])
+    with open_store(store_path) as store:
+        assert not leftover.exists()
+        assert len(store.queue("q")) == 5
+        assert store.verify() == []
+
+
+# -- the index ---------------------------------------------------------------------
+
+
+def test_missing_index_is_rebuilt(store_path: Path) -> None:
+    with open_store(store_path) as store:
+        q = store.queue("q")
+        ids = [q.put(b"m%d" % i, priority=i % 3) for i in range(6)]
+        m = q.get(block=False)
+        q.ack(m)
+        expected = browse(store)
+    shutil.rmtree(store_path / "index")
+    with open_store(store_path) as store:
+        assert (store.recovery.mode, store.recovery.reason) == ("rebuild", "no index")
+        assert browse(store) == expected
+        assert m.id in ids and store._message_state(m.id) in ("acked", "unknown")
+        assert store.verify() == []
+
+
+def test_index_from_another_boot_after_unclean_close_is_rebuilt(store_path: Path) -> None:
+    expected = make_store(store_path)
+    # A power cut may have lost index pages: a different boot + not clean = distrust it.
+    set_meta(store_path, {keys.META_BOOT: b"some-earlier-boot", keys.META_CLEAN: keys.U64.pack(0)})
+    with open_store(store_path) as store:
+        assert store.recovery.mode == "rebuild"
+        assert "reboot" in store.recovery.reason
+        assert browse(store) == sorted(expected.items())
+
+
+def test_index_from_another_boot_after_clean_close_is_trusted(store_path: Path) -> None:
+    make_store(store_path)
+    set_meta(store_path, {keys.META_BOOT: b"some-earlier-boot"})
+    with open_store(store_path) as store:
+        assert store.recovery.mode == "clean"
+
+
+def test_index_from_this_boot_after_unclean_close_is_replayed(store_path: Path) -> None:
+    make_store(store_path)
+    set_meta(store_path, {keys.META_BOOT: boot_id(), keys.META_CLEAN: keys.U64.pack(0)})
+    with open_store(store_path) as store:
+        assert store.recovery.mode != "rebuild"
+
+
+def test_checkpoint_past_the_journal_end_forces_a_rebuild(store_path: Path) -> None:
+    # As after a power cut that kept index pages but lost journal bytes.
+    expected = make_store(store_path)
+    set_meta(store_path, {keys.META_CHECKPOINT: keys.CHECKPOINT.pack(1, 10**9)})
+    with open_store(store_path) as store:
+        assert store.recovery.mode == "rebuild"
+        assert "checkpoint" in store.recovery.reason
+        assert browse(store) == sorted(expected.items())
+        assert store.verify() == []
+
+
+def test_journal_shorter_than_indexed_forces_a_rebuild(store_path: Path) -> None:
+    make_store(store_path, n=3)
+    [path] = sorted(store_path.glob("*.log"))
+    records = list(codec.scan(path.read_bytes(), HEADER))
+    os.truncate(path, records[-1].offset)  # lose the last put
+    with open_store(store_path) as store:
+        assert store.recovery.mode == "rebuild"
+        assert len(store.queue("q")) == 2
+        assert store.verify() == []
+
+
+def test_missing_data_file_forces_a_rebuild(store_path: Path) -> None:
+    with open_store(store_path, max_file_size=64 * 1024) as store:
+        q = store.queue("q")
+        for i in range(30):
+            q.put(bytes([i]) * 5000)
+    files = sorted(store_path.glob("*.log"))
+    assert len(files) >= 3
+    files[0].unlink()
+    with open_store(store_path, max_file_size=64 * 1024) as store:
+        assert store.recovery.mode == "rebuild"
+        assert "missing" in store.recovery.reason
+        assert store.verify() == []
+
+
+# -- compaction leftovers ------------------------------------------------------------
+
+
+def compacted_state(store_path: Path) -> dict[int, list[int]]:
+    """Journal files 1 and 2 (victims), compacted file 3 holding copies of their live
+    messages, journal file 4 (the head). Returns the message ids each file holds."""
+    write_data_file(store_path, 1, [put_record(1), put_record(2), codec.encode_ack(1)])
+    write_data_file(store_path, 2, [put_record(3), put_record(4), codec.encode_ack(4)])
+    write_data_file(
+        store_path,
+        3,
+        [codec.encode_manifest([1, 2]), put_record(2), put_record(3)],
+        kind=fmt.KIND_COMPACTED,
+    )
+    write_data_file(store_path, 4, [put_record(5)])
+    return {1: [1, 2], 2: [3, 4], 3: [2, 3], 4: [5]}
+
+
+def test_compacted_file_whose_victims_all_exist_is_removed_as_orphan(store_path: Path) -> None:
+    # The compaction never committed: the victims are the real homes, the copy is redundant.
+    compacted_state(store_path)
+    with open_store(store_path) as store:
+        assert store.recovery.mode == "rebuild"
+        assert store.recovery.removed_files == [3]
+        assert [m for m, _ in browse(store)] == [2, 3, 5]
+        assert store.verify() == []
+    assert not (store_path / data_file_name(3)).exists()
+    assert (store_path / data_file_name(1)).exists() and (store_path / data_file_name(2)).exists()
+
+
+def test_compacted_file_with_a_missing_victim_is_kept_and_other_victims_removed(
+    store_path: Path,
+) -> None:
+    # The compaction committed and deleted victim 1: the copy is now the real home.
+    compacted_state(store_path)
+    (store_path / data_file_name(1)).unlink()
+    with open_store(store_path) as store:
+        assert store.recovery.removed_files == [2]
+        assert [m for m, _ in browse(store)] == [2, 3, 5]
+        files = sorted(f.file_id for f in store.stats().files)
+        assert files == [3, 4]
+        assert store.verify() == []
+    assert (store_path / data_file_name(3)).exists()
+    assert not (store_path / data_file_name(2)).exists()
+
+
+def test_orphan_compacted_file_unknown_to_a_good_index_is_removed(store_path: Path) -> None:
+    # Crash after the copy was published, before the swap committed: the index is fine.
+    make_store(store_path)
+    write_data_file(
+        store_path,
+        9,
+        [codec.encode_manifest([1]), put_record(1, body=b"message 0")],
+        kind=fmt.KIND_COMPACTED,
+    )
+    with open_store(store_path) as store:
+        assert store.recovery.mode != "rebuild"
+        assert store.recovery.removed_files == [9]
+        assert len(store.queue("q")) == 5
+        assert store.verify() == []
+    assert not (store_path / data_file_name(9)).exists()
