@@ -52,8 +52,12 @@ def _build_chain(store: msgcask.Store, rounds: int, *, pin_every_round: bool = F
         if pinned:
             pins.append(ids[7])
         tag = str(k - 1)
+
+        def of_previous_round(h: dict[str, str], tag: str = tag) -> bool:
+            return h.get("k") == tag
+
         for _ in previous:
-            m = q.get(block=False, selector=lambda h, tag=tag: h.get("k") == tag)
+            m = q.get(block=False, selector=of_previous_round)
             q.ack(m)
             acked.append(m.id)
         previous = [i for i in ids if i not in pins]
