@@ -544,11 +544,11 @@ class Store:
             for i, record in enumerate(records):
                 if i < len(puts):
                     p, rt = puts[i], runtimes[i]
-                    added.append((ids[i], rt.qid, p.priority, offset, len(record)))
+                    added.append((ids[i], rt.qid, p.priority, offset, len(record), 0))
                     if rt.cursor is not None or rt.selector_cursors:
                         rt.rewind(keys.order_key(rt.qid, p.priority, ids[i]))
                 offset += len(record)
-            self._catalog.add_many(file_id, added)
+            self._catalog.add_many(file_id, added, fresh=True)
             for msg_id in acks:
                 self._catalog.ack(msg_id, file_id)
                 del self._inflight[msg_id]

@@ -126,21 +126,26 @@ class Catalog:
         self.env.changes += 2
         return True
 
-    def add_many(self, file_id: int, items: list[tuple[int, int, int, int, int]]) -> None:
-        """Record fresh PUT records of one batch in ``file_id``:
-        (msg_id, queue_id, priority, offset, size) each. One C call per table."""
-        live = [
-            (keys.msg_key(m), keys.pack_live(Live(STATE_LIVE, q, p, file_id, o, n, 0, 0)))
-            for m, q, p, o, n in items
-        ]
-        order = [(keys.order_key(q, p, m), b"") for m, q, p, _, _ in items]
+    def add_many(
+        self, file_id: int, items: list[tuple[int, int, int, int, int, int]], *, fresh: bool
+    ) -> None:
+        """Record several PUT records of ``file_id`` at once: (msg_id, queue_id,
+        priority, offset, size, deliveries) each, one C call per table. Without
+        ``fresh`` (replay), ids already known are left alone, as in ``add``."""
         txn = self.env.txn
+        if not fresh:
+            items = [i for i in items if txn.get(keys.msg_key(i[0]), db=self.env.msgs) is None]
+        live = [
+            (keys.msg_key(m), keys.pack_live(Live(STATE_LIVE, q, p, file_id, o, n, d, 0)))
+            for m, q, p, o, n, d in items
+        ]
+        order = [(keys.order_key(q, p, m), b"") for m, q, p, _, _, _ in items]
         with txn.cursor(db=self.env.msgs) as cur:
             cur.putmulti(live)
         with txn.cursor(db=self.env.order) as cur:
             cur.putmulti(order)
         stats = self.acct[file_id]
-        for _, qid, _, _, size in items:
+        for _, qid, _, _, size, _ in items:
             stats.live_bytes += size
             self._count(qid, 1)
         stats.live_messages += len(items)

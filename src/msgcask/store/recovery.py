@@ -243,7 +243,7 @@ class Recovery:
         catalog = Catalog(env, acct)
         journal = [f for f, h in self.files.headers.items() if h.kind == fmt.KIND_JOURNAL]
         last_journal = max(journal) if journal else -1
-        total = 2 * sum(h.size for h in self.files.handles.values())
+        total = sum(h.size for h in self.files.handles.values())
         with tqdm(
             total=total,
             unit="B",
@@ -254,17 +254,26 @@ class Recovery:
         ) as bar:
             # Two passes: copies made by compaction can sit in files newer than the
             # ACK and DELIVER records that refer to them.
-            for kinds in (_PUTS, _MARKS):
-                for file_id in sorted(self.files.handles):
-                    self._apply_file(
-                        catalog,
-                        file_id,
-                        fmt.FILE_HEADER_SIZE,
-                        kinds,
-                        truncate_tail=file_id == last_journal,
-                        report=kinds is _PUTS,
-                    )
-                    bar.update(self.files.handles[file_id].size)
+            with_marks = []
+            for file_id in sorted(self.files.handles):
+                if self._apply_file(
+                    catalog,
+                    file_id,
+                    fmt.FILE_HEADER_SIZE,
+                    _PUTS,
+                    truncate_tail=file_id == last_journal,
+                ):
+                    with_marks.append(file_id)
+                bar.update(self.files.handles[file_id].size)
+            for file_id in with_marks:
+                self._apply_file(
+                    catalog,
+                    file_id,
+                    fmt.FILE_HEADER_SIZE,
+                    _MARKS,
+                    truncate_tail=False,
+                    report=False,
+                )
         env.put_u64(keys.META_FORMAT, INDEX_FORMAT_VERSION)
         return catalog
 
@@ -294,47 +303,59 @@ class Recovery:
         *,
         truncate_tail: bool,
         report: bool = True,
-    ) -> None:
+    ) -> bool:
+        """Apply the records of ``kinds`` in one file, in file order. Returns
+        whether the file holds ACK or DELIVER records (rebuild's second pass
+        skips files without them)."""
         handle = self.files.handles[file_id]
         buf = handle.read(0, handle.size)
         max_id = self.max_msg_id
         records = 0
+        has_marks = False
+        # Consecutive PUT records go to the index in batches (far fewer calls);
+        # a batch is flushed before any other record so file order is kept.
+        puts: list[tuple[int, int, int, int, int, int]] = []
+        queue_ids: dict[str, int] = {}
         for item in codec.scan(buf, start):
             if isinstance(item, codec.Damage):
                 if report:
-                    self._damage(catalog, file_id, item, truncate_tail)
+                    self._damage(file_id, item, truncate_tail)
                 continue
             rtype = item.rtype
+            if rtype not in (fmt.TYPE_PUT, fmt.TYPE_MANIFEST):
+                has_marks = True
             if rtype not in kinds:
                 continue
             records += 1
             ps = item.payload_start
             if rtype == fmt.TYPE_PUT:
                 meta = codec.decode_put_meta(buf, ps)
-                qid = catalog.queue_id(meta.queue)
-                catalog.add(
-                    meta.msg_id,
-                    qid,
-                    meta.priority,
-                    file_id,
-                    item.offset,
-                    item.size,
-                    meta.deliveries,
-                    fresh=False,
+                qid = queue_ids.get(meta.queue)
+                if qid is None:
+                    qid = queue_ids[meta.queue] = catalog.queue_id(meta.queue)
+                puts.append(
+                    (meta.msg_id, qid, meta.priority, item.offset, item.size, meta.deliveries)
                 )
                 max_id = max(max_id, meta.msg_id)
-            elif rtype == fmt.TYPE_ACK:
+                continue
+            if puts:
+                catalog.add_many(file_id, puts, fresh=False)
+                puts = []
+            if rtype == fmt.TYPE_ACK:
                 (msg_id,) = fmt.ACK_PAYLOAD.unpack_from(buf, ps)
                 catalog.ack(msg_id, file_id)
                 max_id = max(max_id, msg_id)
             elif rtype == fmt.TYPE_DELIVER:
                 msg_id, deliveries = fmt.DELIVER_PAYLOAD.unpack_from(buf, ps)
                 catalog.deliver(msg_id, deliveries, file_id)
+        if puts:
+            catalog.add_many(file_id, puts, fresh=False)
         self.max_msg_id = max_id
         self.report.records += records
         catalog.acct[file_id].size = handle.size
+        return has_marks
 
-    def _damage(self, catalog: Catalog, file_id: int, item: codec.Damage, last: bool) -> None:
+    def _damage(self, file_id: int, item: codec.Damage, last: bool) -> None:
         handle = self.files.handles[file_id]
         if item.at_tail and last:
             handle.truncate(item.offset)
