@@ -1,0 +1,414 @@
+"""index/catalog.py: every state transition keeps the per-file counters exact.
+
+Each test drives a Catalog over a real IndexEnv in a temp dir and, after every call,
+checks every counter of every file twice: against the numbers the test expects, and
+against the numbers recomputed from the index entries themselves (``derived``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from msgcask.index import keys
+from msgcask.index.accounting import Accounting, FileAccount
+from msgcask.index.catalog import Catalog
+from msgcask.index.env import IndexEnv
+from msgcask.index.keys import STATE_LIVE, STATE_QUARANTINED, Acked, Live
+from msgcask.store import format as fmt
+
+FILES = (1, 2, 3, 4, 5)
+Counters = dict[int, tuple[int, int, int, int]]  # file -> live_bytes, live_msgs, marks, dead
+
+
+def new_catalog(path: Path) -> Catalog:
+    env = IndexEnv(str(path))
+    acct = Accounting()
+    for f in FILES:
+        acct.add(FileAccount(f, fmt.KIND_JOURNAL, size=fmt.FILE_HEADER_SIZE))
+    return Catalog(env, acct)
+
+
+@pytest.fixture
+def cat(tmp_path: Path) -> Iterator[Catalog]:
+    catalog = new_catalog(tmp_path / "index")
+    yield catalog
+    catalog.env.close()
+
+
+def counters(cat: Catalog) -> Counters:
+    """Every file's counters, omitting all-zero files."""
+    out = {}
+    for f, a in cat.acct.files.items():
+        c = (a.live_bytes, a.live_messages, a.needed_marks, a.dead_puts)
+        if any(c):
+            out[f] = c
+    return out
+
+
+def derived(cat: Catalog) -> Counters:
+    """The counters the index entries imply (what check.verify recomputes)."""
+    totals: dict[int, list[int]] = {}
+
+    def add(f: int, slot: int, n: int) -> None:
+        totals.setdefault(f, [0, 0, 0, 0])[slot] += n
+
+    for _, value in cat.env.items(cat.env.msgs):
+        e = keys.unpack_msg(value)
+        if isinstance(e, Acked):
+            add(e.put_file, 3, 1)
+            add(e.ack_file, 2, 1)
+        else:
+            add(e.file_id, 0, e.size)
+            add(e.file_id, 1, 1)
+            if e.deliver_file:
+                add(e.deliver_file, 2, 1)
+    return {f: (t[0], t[1], t[2], t[3]) for f, t in totals.items() if any(t)}
+
+
+def check(cat: Catalog, expected: Counters) -> None:
+    assert counters(cat) == expected
+    assert derived(cat) == expected
+
+
+def order(cat: Catalog) -> list[int]:
+    return [keys.order_key_id(k) for k, _ in cat.env.items(cat.env.order)]
+
+
+def add(cat: Catalog, msg_id: int, file_id: int, size: int = 100, priority: int = 4) -> None:
+    assert cat.add(msg_id, cat.queue_id("q"), priority, file_id, 32, size, 0, fresh=True)
+
+
+class TestAdd:
+    def test_add_counts_the_put_in_its_file(self, cat: Catalog) -> None:
+        qid = cat.queue_id("q")
+        assert cat.add(10, qid, 7, 1, 32, 100, 0, fresh=True)
+        check(cat, {1: (100, 1, 0, 0)})
+        assert cat.lookup(10) == Live(STATE_LIVE, qid, 7, 1, 32, 100, 0, 0)
+        assert order(cat) == [10] and cat.counts[qid] == 1
+
+    def test_replayed_put_of_a_known_id_changes_nothing(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        assert not cat.add(10, cat.queue_id("q"), 4, 2, 32, 100, 0, fresh=False)
+        check(cat, {1: (100, 1, 0, 0)})
+        assert cat.counts[cat.queue_id("q")] == 1
+
+    def test_add_many_counts_every_member(self, cat: Catalog) -> None:
+        qa, qb = cat.queue_id("a"), cat.queue_id("b")
+        items = [(1, qa, 4, 32, 50, 0), (2, qb, 9, 82, 60, 0), (3, qa, 0, 142, 70, 2)]
+        cat.add_many(2, items, fresh=True)
+        check(cat, {2: (180, 3, 0, 0)})
+        assert (cat.counts[qa], cat.counts[qb]) == (2, 1)
+        assert order(cat) == [1, 3, 2]  # queue a (prio 4, then 0), then queue b
+        assert cat.lookup(2) == Live(STATE_LIVE, qb, 9, 2, 82, 60, 0, 0)
+        assert cat.lookup(3) == Live(STATE_LIVE, qa, 0, 2, 142, 70, 2, 0)
+
+    def test_replayed_add_many_skips_known_ids(self, cat: Catalog) -> None:
+        qa = cat.queue_id("a")
+        cat.add_many(2, [(1, qa, 4, 32, 50, 0)], fresh=True)
+        cat.ack(1, 3)
+        cat.add_many(2, [(1, qa, 4, 32, 50, 0), (2, qa, 4, 82, 60, 0)], fresh=False)
+        check(cat, {2: (60, 1, 0, 1), 3: (0, 0, 1, 0)})
+        assert cat.counts[qa] == 1 and order(cat) == [2]
+
+
+class TestDeliver:
+    def test_deliver_marks_the_file_holding_the_count(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        entry = cat.deliver(10, 1, 2)
+        assert entry is not None and (entry.deliveries, entry.deliver_file) == (1, 2)
+        check(cat, {1: (100, 1, 0, 0), 2: (0, 0, 1, 0)})
+
+    def test_newer_deliver_moves_the_mark(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        cat.deliver(10, 1, 2)
+        cat.deliver(10, 2, 3)
+        check(cat, {1: (100, 1, 0, 0), 3: (0, 0, 1, 0)})
+
+    @pytest.mark.parametrize("count", [1, 2])
+    def test_older_or_repeated_deliver_changes_nothing(self, cat: Catalog, count: int) -> None:
+        add(cat, 10, 1)
+        cat.deliver(10, 2, 3)
+        assert cat.deliver(10, count, 4) is None
+        check(cat, {1: (100, 1, 0, 0), 3: (0, 0, 1, 0)})
+        assert cat.lookup(10) == Live(STATE_LIVE, cat.queue_id("q"), 4, 1, 32, 100, 2, 3)
+
+    def test_deliver_in_the_put_file(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        cat.deliver(10, 1, 1)
+        check(cat, {1: (100, 1, 1, 0)})
+
+    def test_deliver_of_unknown_or_acked_message_changes_nothing(self, cat: Catalog) -> None:
+        assert cat.deliver(99, 1, 2) is None
+        add(cat, 10, 1)
+        cat.ack(10, 2)
+        assert cat.deliver(10, 1, 3) is None
+        check(cat, {1: (0, 0, 0, 1), 2: (0, 0, 1, 0)})
+
+
+class TestAck:
+    def test_ack_in_another_file_must_outlive_the_put(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        cat.deliver(10, 1, 2)
+        ended = cat.ack(10, 3)
+        assert ended is not None and ended.file_id == 1
+        check(cat, {1: (0, 0, 0, 1), 3: (0, 0, 1, 0)})
+        assert cat.lookup(10) == Acked(keys.STATE_ACKED, 1, 3)
+        assert order(cat) == [] and cat.counts[cat.queue_id("q")] == 0
+
+    def test_ack_in_the_put_file_forgets_the_message(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        cat.ack(10, 1)
+        check(cat, {})
+        assert cat.lookup(10) is None
+
+    def test_ack_in_the_deliver_file(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        cat.deliver(10, 1, 2)
+        cat.ack(10, 2)
+        # The DELIVER's mark is gone and the ACK's mark takes its place.
+        check(cat, {1: (0, 0, 0, 1), 2: (0, 0, 1, 0)})
+
+    def test_repeated_ack_changes_nothing(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        cat.ack(10, 2)
+        assert cat.ack(10, 3) is None
+        assert cat.ack(10, 2) is None
+        check(cat, {1: (0, 0, 0, 1), 2: (0, 0, 1, 0)})
+        assert cat.counts[cat.queue_id("q")] == 0
+
+    def test_ack_of_unknown_message_changes_nothing(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        assert cat.ack(11, 2) is None
+        check(cat, {1: (100, 1, 0, 0)})
+
+
+class TestQuarantine:
+    def test_quarantine_leaves_the_queue_but_keeps_its_bytes_accounted(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        add(cat, 11, 1, size=60)
+        cat.deliver(10, 1, 2)
+        entry = cat.lookup(10)
+        assert isinstance(entry, Live)
+        cat.quarantine(10, entry)
+        # The damaged record still occupies its file; it is just not deliverable.
+        check(cat, {1: (160, 2, 0, 0), 2: (0, 0, 1, 0)})
+        assert order(cat) == [11]
+        assert cat.counts[cat.queue_id("q")] == 1
+        quarantined = cat.lookup(10)
+        assert isinstance(quarantined, Live) and quarantined.state == STATE_QUARANTINED
+
+
+class TestCompactionTransitions:
+    def test_relocate_moves_the_live_bytes_to_the_copy(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        assert cat.relocate(10, 1, 3, 64, 90, 0)
+        check(cat, {3: (90, 1, 0, 0)})
+        assert cat.lookup(10) == Live(STATE_LIVE, cat.queue_id("q"), 4, 3, 64, 90, 0, 0)
+        assert order(cat) == [10]
+
+    def test_relocate_from_the_wrong_victim_changes_nothing(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        assert not cat.relocate(10, 2, 3, 64, 100, 0)
+        assert not cat.relocate(99, 1, 3, 64, 100, 0)
+        check(cat, {1: (100, 1, 0, 0)})
+
+    def test_relocated_copy_carrying_the_count_releases_the_deliver(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        cat.deliver(10, 2, 2)
+        assert cat.relocate(10, 1, 3, 64, 100, 2)
+        check(cat, {3: (100, 1, 0, 0)})
+        entry = cat.lookup(10)
+        assert isinstance(entry, Live) and (entry.deliveries, entry.deliver_file) == (2, 0)
+
+    def test_relocated_copy_older_than_the_count_keeps_the_deliver(self, cat: Catalog) -> None:
+        # Delivered again while the copy (count 1) was being written.
+        add(cat, 10, 1)
+        cat.deliver(10, 2, 2)
+        assert cat.relocate(10, 1, 3, 64, 100, 1)
+        check(cat, {2: (0, 0, 1, 0), 3: (100, 1, 0, 0)})
+
+    def test_relocate_of_a_message_acked_meanwhile_moves_the_dead_put(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        cat.ack(10, 2)
+        assert not cat.relocate(10, 1, 3, 64, 100, 0)
+        # The copy is dead, and the ACK must now outlive the copy instead of the victim.
+        check(cat, {2: (0, 0, 1, 0), 3: (0, 0, 0, 1)})
+        assert cat.lookup(10) == Acked(keys.STATE_ACKED, 3, 2)
+
+    def test_carry_ack_moves_the_needed_mark(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        cat.ack(10, 2)
+        assert cat.carry_ack(10, 2, 4)
+        check(cat, {1: (0, 0, 0, 1), 4: (0, 0, 1, 0)})
+        assert cat.lookup(10) == Acked(keys.STATE_ACKED, 1, 4)
+        assert not cat.carry_ack(10, 2, 5)  # no longer in 2
+        assert not cat.carry_ack(99, 2, 5)
+        check(cat, {1: (0, 0, 0, 1), 4: (0, 0, 1, 0)})
+
+    def test_carry_deliver_moves_the_needed_mark(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        cat.deliver(10, 3, 2)
+        assert not cat.carry_deliver(10, 2, 2, 4)  # stale count
+        check(cat, {1: (100, 1, 0, 0), 2: (0, 0, 1, 0)})
+        assert cat.carry_deliver(10, 3, 2, 4)
+        check(cat, {1: (100, 1, 0, 0), 4: (0, 0, 1, 0)})
+        assert not cat.carry_deliver(10, 3, 2, 5)  # no longer in 2
+        check(cat, {1: (100, 1, 0, 0), 4: (0, 0, 1, 0)})
+
+    def test_release_dead_puts_frees_the_acks_that_outlived_them(self, cat: Catalog) -> None:
+        add(cat, 10, 1)
+        add(cat, 11, 1)
+        add(cat, 12, 1, size=50)
+        cat.ack(10, 2)
+        cat.ack(11, 3)
+        check(cat, {1: (50, 1, 0, 2), 2: (0, 0, 1, 0), 3: (0, 0, 1, 0)})
+        cat.release_dead_puts(1, [10, 11, 12, 99])
+        check(cat, {1: (50, 1, 0, 0)})
+        assert cat.lookup(10) is None and cat.lookup(11) is None
+        assert isinstance(cat.lookup(12), Live)
+        cat.release_dead_puts(1, [10, 11])  # twice: nothing more
+        check(cat, {1: (50, 1, 0, 0)})
+
+    def test_release_dead_puts_ignores_acks_of_other_files(self, cat: Catalog) -> None:
+        add(cat, 10, 2)
+        cat.ack(10, 3)
+        cat.release_dead_puts(1, [10])
+        check(cat, {2: (0, 0, 0, 1), 3: (0, 0, 1, 0)})
+
+
+# -- replay idempotence --------------------------------------------------------------
+
+# A journal record as replay sees it: (type, msg_id, file, deliveries)
+Rec = tuple[int, int, int, int]
+
+
+def replay(cat: Catalog, records: list[Rec]) -> None:
+    """Apply records the way recovery does (non-fresh adds)."""
+    qid = cat.queue_id("q")
+    for rtype, msg_id, file_id, n in records:
+        if rtype == fmt.TYPE_PUT:
+            cat.add(msg_id, qid, msg_id % 10, file_id, msg_id * 100, 80 + msg_id, 0, fresh=False)
+        elif rtype == fmt.TYPE_DELIVER:
+            cat.deliver(msg_id, n, file_id)
+        else:
+            cat.ack(msg_id, file_id)
+
+
+def state(cat: Catalog) -> tuple[object, ...]:
+    return (
+        counters(cat),
+        sorted(cat.env.items(cat.env.msgs)),
+        sorted(cat.env.items(cat.env.order)),
+        dict(cat.counts),
+    )
+
+
+@st.composite
+def journals(draw: st.DrawFn) -> list[Rec]:
+    """A journal in file order: each message's PUT, then rising DELIVERs, then maybe an ACK,
+    each in the same or a later file."""
+    per_file: dict[int, list[Rec]] = {f: [] for f in FILES}
+    for msg_id in range(1, draw(st.integers(1, 12)) + 1):
+        f = draw(st.sampled_from(FILES))
+        per_file[f].append((fmt.TYPE_PUT, msg_id, f, 0))
+        for count in range(1, draw(st.integers(0, 3)) + 1):
+            f = draw(st.integers(f, FILES[-1]))
+            per_file[f].append((fmt.TYPE_DELIVER, msg_id, f, count))
+        if draw(st.booleans()):
+            f = draw(st.integers(f, FILES[-1]))
+            per_file[f].append((fmt.TYPE_ACK, msg_id, f, 0))
+    return [r for f in FILES for r in per_file[f]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(journals())
+def test_replaying_the_journal_twice_changes_nothing(records: list[Rec]) -> None:
+    tmp = tempfile.mkdtemp()
+    try:
+        cat = new_catalog(Path(tmp) / "index")
+        replay(cat, records)
+        once = state(cat)
+        assert derived(cat) == counters(cat)
+        replay(cat, records)
+        assert state(cat) == once
+        cat.env.close()
+    finally:
+        shutil.rmtree(tmp)
+
+
+@settings(max_examples=60, deadline=None)
+@given(journals())
+def test_every_record_applied_twice_in_a_row_is_applied_once(records: list[Rec]) -> None:
+    tmp = tempfile.mkdtemp()
+    try:
+        a = new_catalog(Path(tmp) / "a")
+        b = new_catalog(Path(tmp) / "b")
+        replay(a, records)
+        replay(b, [r for r in records for _ in (0, 1)])
+        assert state(a) == state(b)
+        a.env.close()
+        b.env.close()
+    finally:
+        shutil.rmtree(tmp)
+
+
+# -- queues --------------------------------------------------------------------------
+
+
+class TestQueues:
+    def test_queue_ids_are_stable_and_new_names_get_new_ids(self, cat: Catalog) -> None:
+        a = cat.queue_id("a")
+        b = cat.queue_id("b")
+        assert a != b and cat.queue_id("a") == a
+        assert cat.env.get_u64(keys.META_NEXT_QUEUE) == max(a, b) + 1
+
+    def test_counts_follow_adds_and_acks(self, cat: Catalog) -> None:
+        qa, qb = cat.queue_id("a"), cat.queue_id("b")
+        cat.add(1, qa, 4, 1, 32, 10, 0, fresh=True)
+        cat.add(2, qa, 4, 1, 42, 10, 0, fresh=True)
+        cat.add(3, qb, 4, 1, 52, 10, 0, fresh=True)
+        cat.ack(1, 2)
+        assert (cat.counts[qa], cat.counts[qb]) == (1, 1)
+
+    def test_counts_persist_through_flush_and_reload(self, tmp_path: Path) -> None:
+        cat = new_catalog(tmp_path / "index")
+        qa, qb = cat.queue_id("a"), cat.queue_id("b")
+        for i in range(1, 4):
+            cat.add(i, qa, 4, 1, 32 * i, 10, 0, fresh=True)
+        cat.add(9, qb, 4, 1, 500, 10, 0, fresh=True)
+        cat.ack(2, 2)
+        cat.flush_counts()
+        cat.env.commit()
+        reloaded = Catalog(cat.env, cat.acct)
+        assert reloaded.queue_ids == {"a": qa, "b": qb}
+        assert reloaded.counts == {qa: 2, qb: 1}
+        cat.env.close()
+
+    def test_prune_empty_queues_drops_only_empty_ones(self, cat: Catalog) -> None:
+        full, drained, never = cat.queue_id("full"), cat.queue_id("drained"), cat.queue_id("never")
+        cat.add(1, full, 4, 1, 32, 10, 0, fresh=True)
+        cat.add(2, drained, 4, 1, 42, 10, 0, fresh=True)
+        cat.ack(2, 1)
+        cat.prune_empty_queues()
+        assert cat.queue_ids == {"full": full}
+        assert never not in cat.counts and drained not in cat.counts
+        names = [k for k, _ in cat.env.items(cat.env.queues)]
+        assert names == [b"full"]
+        cat.flush_counts()  # a dropped queue's pending count is not written back
+        assert [k for k, _ in cat.env.items(cat.env.queues)] == [b"full"]
+
+    def test_queue_order_walks_one_queue_in_delivery_order(self, cat: Catalog) -> None:
+        qa, qb = cat.queue_id("a"), cat.queue_id("b")
+        for msg_id, qid, prio in [(1, qa, 0), (2, qb, 9), (3, qa, 9), (4, qa, 0), (5, qa, 5)]:
+            cat.add(msg_id, qid, prio, 1, 32 * msg_id, 10, 0, fresh=True)
+        assert [keys.order_key_id(k) for k in cat.queue_order(qa)] == [3, 5, 1, 4]
+        start = keys.order_key(qa, 5, 5)
+        assert [keys.order_key_id(k) for k in cat.queue_order(qa, start)] == [5, 1, 4]
+        assert [keys.order_key_id(k) for k in cat.queue_order(qb)] == [2]
