@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(NamedTuple):
     """A message as delivered by ``Queue.get`` or listed by ``Queue.browse``.
 
-    ``deliveries`` counts deliveries including this one (0 in ``browse`` for a
-    message never delivered); ``redelivered`` is true when it was delivered
-    before, in this process or before a restart.
+    Read-only. ``deliveries`` counts deliveries including this one (0 in
+    ``browse`` for a message never delivered); ``redelivered`` is true when it
+    was delivered before, in this process or before a restart. (A NamedTuple:
+    building one is several times cheaper than a frozen dataclass, and ``get``
+    builds one per message.)
     """
 
     id: int
     queue: str
-    body: bytes = field(repr=False)
+    body: bytes
     headers: dict[str, str]
     priority: int
     deliveries: int
@@ -24,3 +25,10 @@ class Message:
     @property
     def redelivered(self) -> bool:
         return self.deliveries > 1
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(id={self.id}, queue={self.queue!r}, priority={self.priority}, "
+            f"deliveries={self.deliveries}, headers={self.headers!r}, "
+            f"body=<{len(self.body)} bytes>)"
+        )
