@@ -455,3 +455,51 @@ class TestLifecycle:
         # The refused open did not disturb the holder.
         store.queue("q").put(b"still mine")
         assert len(store.queue("q")) == 1
+
+
+class TestEdges:
+    def test_message_nearly_as_big_as_a_data_file_round_trips(self, store_path: Path) -> None:
+        size = 64 * 1024  # the smallest max_file_size the store accepts
+        big = bytes(i % 253 for i in range(size - 1024))  # leaves room for the framing
+        with msgcask.open(store_path, max_file_size=size, compaction_interval=None) as store:
+            q = store.queue("q")
+            ids = [q.put(b"small"), q.put(big), q.put(big), q.put(b"after")]
+        with msgcask.open(store_path, max_file_size=size) as store:
+            got = [(m.id, bytes(m.body)) for m in store.queue("q").browse()]
+        assert got == list(zip(ids, [b"small", big, big, b"after"], strict=True))
+
+    def test_stale_message_from_before_reopen_cannot_be_acked(self, store_path: Path) -> None:
+        with msgcask.open(store_path) as store:
+            q = store.queue("q")
+            q.put(b"x")
+            stale = q.get(block=False)
+        with msgcask.open(store_path) as store:
+            q = store.queue("q")
+            # After the reopen the message is available again, not delivered to anyone.
+            with pytest.raises(ValueError):
+                q.ack(stale)
+            m = q.get(block=False)
+            assert m.id == stale.id and m.redelivered
+            q.ack(m)
+            assert len(q) == 0
+
+    def test_close_wakes_a_blocked_get_with_closed_error(self, store_path: Path) -> None:
+        store = msgcask.open(store_path)
+        q = store.queue("q")
+        outcome: list[BaseException | None] = []
+
+        def consumer() -> None:
+            try:
+                q.get(timeout=20)
+                outcome.append(None)
+            except BaseException as e:
+                outcome.append(e)
+
+        t = threading.Thread(target=consumer)
+        t.start()
+        time.sleep(0.2)
+        store.close()
+        t.join(timeout=10)
+        # A consumer waiting on a closing store must not sleep out its whole timeout.
+        assert not t.is_alive(), "the blocked get was not woken by close()"
+        assert len(outcome) == 1 and isinstance(outcome[0], msgcask.ClosedError), outcome
