@@ -1,0 +1,75 @@
+"""Read-only inspection of a live store (design brief, guarantee 8).
+
+While a writer process works on a store, ``msgcask check`` reads its files and the
+writer-only commands are refused naming the holder. Afterwards the writer is killed and
+the store must pass the same checks as any crashed store: inspection corrupted nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from test_kill9 import WRITER, check_after_crash, drain_and_check_redelivery, parse
+
+import msgcask
+
+CLI = "import sys; from msgcask.cli.main import main; sys.exit(main())"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", CLI, *args], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.crash
+def test_check_on_a_live_store_corrupts_nothing(
+    store_path: Path,
+    tmp_path: Path,
+    verify: Callable[[msgcask.Store], None],
+    unexpected_entries: Callable[[Path], list[str]],
+    data_files: Callable[[Path], list[Path]],
+) -> None:
+    out_path = tmp_path / "writer.out"
+    with open(out_path, "wb") as out, open(tmp_path / "writer.err", "wb") as err:
+        writer = subprocess.Popen(
+            [sys.executable, str(WRITER), str(store_path), "periodic", "11", "65536", "mixed"],
+            stdout=out,
+            stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not out_path.read_bytes().startswith(b"R\n"):
+            assert writer.poll() is None, (tmp_path / "writer.err").read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        for _ in range(3):
+            checked = cli("check", str(store_path))
+            assert "Traceback" not in checked.stderr, checked.stderr
+            # A healthy store being written to is not reported as damaged.
+            assert checked.returncode == 0, checked.stdout + checked.stderr
+            for command in ("stats", "compact"):
+                refused = cli(command, str(store_path))
+                assert refused.returncode != 0, f"{command} ran against a live store"
+                assert "Traceback" not in refused.stderr, refused.stderr
+                assert str(writer.pid) in refused.stdout + refused.stderr
+        assert writer.poll() is None, (tmp_path / "writer.err").read_text()
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait(timeout=30)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    report = parse(out_path.read_text())
+    assert report.lines > 10
+    with msgcask.open(store_path, max_file_size=65536, compaction_interval=None) as store:
+        check_after_crash(store, store_path, report, unexpected_entries, data_files)
+        drain_and_check_redelivery(store, report)
+        verify(store)
