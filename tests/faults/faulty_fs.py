@@ -1,0 +1,180 @@
+"""A fault-injecting FileSystem for the store's I/O seam (msgcask/store/fs.py).
+
+Modelled on LevelDB's FaultInjectionTestEnv: it remembers, for every data file, how many
+bytes were on disk at its last fsync and whether its directory entry was made durable, and
+``power_cut()`` throws away everything else. It also injects write errors (ENOSPC, short
+writes) and bit flips on read.
+
+Only data files go through the seam; the LMDB index does not. A power cut here therefore
+keeps every index page (as if the index had been synced): tests that want the index lost
+too delete ``index/`` themselves.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+
+import msgcask
+from msgcask.store.fs import DataFile, FileSystem
+
+
+def _enospc() -> OSError:
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+class FaultyDataFile(DataFile):
+    fs: FaultyFileSystem
+
+    def append(self, data: bytes) -> int:
+        fs = self.fs
+        with fs.mutex:
+            fs.appends += 1
+            if fs.no_space:
+                raise _enospc()
+            partial = fs.short_write
+            fs.short_write = None
+        if partial is not None:
+            # The OS took some bytes before it ran out of space.
+            os.pwrite(self.fd, data[:partial], self.size)
+            raise _enospc()
+        return super().append(data)
+
+    def read(self, offset: int, size: int) -> bytes:
+        data = super().read(offset, size)
+        bad = [
+            o - offset for o in self.fs.bad_bytes.get(self.path, ()) if 0 <= o - offset < len(data)
+        ]
+        if not bad:
+            return data
+        buf = bytearray(data)
+        for at in bad:
+            buf[at] ^= 0x10  # one flipped bit
+        self.fs.flipped_reads += 1
+        return bytes(buf)
+
+    def fsync(self) -> None:
+        size = self.size  # what the fsync covers: everything written before it started
+        super().fsync()
+        with self.fs.mutex:
+            self.fs.fsyncs += 1
+            self.fs.synced[self.path] = max(self.fs.synced.get(self.path, 0), size)
+
+    def truncate(self, size: int) -> None:
+        if self.fs.fail_truncate:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        super().truncate(size)
+        with self.fs.mutex:
+            if self.fs.synced.get(self.path, 0) > size:
+                self.fs.synced[self.path] = size
+
+
+class FaultyFileSystem(FileSystem):
+    """Switches (set them from the test; each applies to every data file):
+
+    * ``no_space``: every append raises ENOSPC and writes nothing;
+    * ``short_write = n``: the next append writes its first ``n`` bytes, then raises ENOSPC;
+    * ``fail_truncate``: truncate raises EIO (so a failed append's bytes stay on disk);
+    * ``bad_bytes[path] = {offset, ...}``: reads covering those offsets get a bit flipped.
+    """
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.no_space = False
+        self.short_write: int | None = None
+        self.fail_truncate = False
+        self.bad_bytes: dict[str, set[int]] = {}
+        self.synced: dict[str, int] = {}  # path -> bytes durable at its last fsync
+        self.unsynced_names: set[str] = set()  # created or renamed since their dir's fsync
+        self.appends = 0
+        self.fsyncs = 0
+        self.flipped_reads = 0
+
+    # -- the seam ---------------------------------------------------------------------
+
+    def _wrap(self, path: str, fd: int, size: int) -> DataFile:
+        handle = FaultyDataFile(path, fd, size)
+        handle.fs = self
+        with self.mutex:
+            # A file found on disk that we have not seen written counts as durable.
+            self.synced.setdefault(path, size)
+        return handle
+
+    def create_temp(self, path: str) -> DataFile:
+        handle = super().create_temp(path)
+        with self.mutex:
+            self.synced[handle.path] = 0
+            self.unsynced_names.add(handle.path)
+        return handle
+
+    def publish(self, handle: DataFile, path: str, *, durable: bool = True) -> None:
+        temp = handle.path
+        super().publish(handle, path, durable=durable)
+        with self.mutex:
+            self.synced[path] = self.synced.pop(temp, 0)
+            self.unsynced_names.discard(temp)
+            if not durable:
+                self.unsynced_names.add(path)
+
+    def unlink(self, path: str) -> None:
+        super().unlink(path)
+        with self.mutex:
+            self.synced.pop(path, None)
+            self.unsynced_names.discard(path)
+
+    def fsync_dir(self, path: str) -> None:
+        super().fsync_dir(path)
+        with self.mutex:
+            self.unsynced_names = {
+                n for n in self.unsynced_names if os.path.dirname(n) != os.path.normpath(path)
+            }
+
+    # -- what the machine does ----------------------------------------------------------
+
+    def writeback(self) -> None:
+        """The OS writes every dirty page and directory entry (as it does on its own, and
+        as ``sync="never"`` relies on): everything so far becomes durable."""
+        with self.mutex:
+            for path in list(self.synced):
+                if os.path.exists(path):
+                    self.synced[path] = os.path.getsize(path)
+            self.unsynced_names.clear()
+
+    def writeback_names(self) -> None:
+        """The OS commits directory entries but not file data (delayed allocation)."""
+        with self.mutex:
+            self.unsynced_names.clear()
+
+    def power_cut(self) -> list[str]:
+        """Drop every byte not fsynced and every name not made durable. Call it after the
+        store was abandoned (no process writes any more). Returns what changed."""
+        changed = []
+        with self.mutex:
+            for path, size in sorted(self.synced.items()):
+                if not os.path.exists(path):
+                    continue
+                if path in self.unsynced_names:
+                    os.unlink(path)
+                    changed.append(f"removed {os.path.basename(path)}")
+                elif os.path.getsize(path) > size:
+                    os.truncate(path, size)
+                    changed.append(f"truncated {os.path.basename(path)} to {size}")
+            self.unsynced_names.clear()
+            self.synced = {p: s for p, s in self.synced.items() if os.path.exists(p)}
+        return changed
+
+
+def abandon(store: msgcask.Store) -> None:
+    """Stop ``store`` the way kill -9 or a power cut would: no sync, no index commit, no
+    clean flag. Index changes since the last commit are lost with the aborted
+    transaction; bytes appended to data files are in the OS (until ``power_cut``)."""
+    store._scheduler.shutdown()
+    store._stop.set()
+    store._flusher.join()
+    with store._lock:
+        store._closed = True
+        store._env.close()
+        for handle in store._handles.values():
+            handle.close()
+        store._lock_file.release()

@@ -1,0 +1,219 @@
+"""Power cuts through the I/O seam: every data-file byte not fsynced is lost.
+
+A test runs a store on a FaultyFileSystem, abandons it (no sync, no index commit, as a
+crash would), then calls ``power_cut()``, which truncates each data file to its size at
+its last fsync and removes files whose directory entry was never made durable. What
+must survive depends on the sync mode (design brief, guarantee 1):
+
+* ``always``: every put/ack that returned;
+* ``periodic``: everything before the last sync (``store.sync()`` or the background one);
+* ``never``: whatever the OS happened to write back, and the store must still open
+  consistent, never resurrecting a message whose ack reached the disk.
+
+The index is not behind the seam, so it survives the simulated cut intact; each test also
+runs with ``index/`` deleted, which is what a real power cut can amount to.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faulty_fs import FaultyFileSystem, abandon
+
+import msgcask
+
+SMALL_FILE = 64 * 1024
+INDEX = ["index kept", "index lost"]
+
+
+def open_store(path: Path, fs: FaultyFileSystem, **kw: Any) -> msgcask.Store:
+    kw.setdefault("compaction_interval", None)
+    kw.setdefault("sync_interval", 3600)  # only the test's own store.sync() calls sync
+    return msgcask.Store(path, _fs=fs, **kw)
+
+
+def power_cut(store: msgcask.Store, fs: FaultyFileSystem, index: str) -> list[str]:
+    abandon(store)
+    changed = fs.power_cut()
+    if index == "index lost":
+        shutil.rmtree(Path(store.path) / "index")
+    return changed
+
+
+def reopen(path: Path, **kw: Any) -> msgcask.Store:
+    store = msgcask.open(path, compaction_interval=None, **kw)
+    assert store.verify() == []
+    return store
+
+
+def live_ids(store: msgcask.Store, queue: str = "q") -> set[int]:
+    return {m.id for m in store.queue(queue).browse()}
+
+
+def body(i: int) -> bytes:
+    return b"%06d" % i + bytes(i % 251 for _ in range(200))
+
+
+# -- sync="always" ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index", INDEX)
+def test_power_cut_with_sync_always_keeps_every_returned_put_and_ack(
+    store_path: Path, index: str
+) -> None:
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, sync="always", max_file_size=SMALL_FILE)
+    q = store.queue("q")
+    ids = [q.put(body(i)) for i in range(400)]  # several files
+    acked = set()
+    for _ in range(150):
+        m = q.get(block=False)
+        q.ack(m)
+        acked.add(m.id)
+    delivered = q.get(block=False)  # delivered, not acked: comes back
+    assert store.stats().data_files > 1
+    power_cut(store, fs, index)
+    with reopen(store_path) as store:
+        assert live_ids(store) == set(ids) - acked
+        for msg_id in acked:
+            assert store._message_state(msg_id) in ("acked", "unknown")
+        bodies = {m.id: bytes(m.body) for m in store.queue("q").browse()}
+        assert all(bodies[i] == body(n) for n, i in enumerate(ids) if i not in acked)
+        first = store.queue("q").get(block=False)
+        assert first.id == delivered.id
+
+
+@pytest.mark.parametrize("index", INDEX)
+def test_power_cut_with_sync_always_and_concurrent_writers(store_path: Path, index: str) -> None:
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, sync="always")
+    returned: list[int] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            q = store.queue("q")
+            for i in range(40):
+                msg_id = q.put(body(n * 100 + i))
+                with lock:
+                    returned.append(msg_id)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    power_cut(store, fs, index)
+    with reopen(store_path) as store:
+        assert live_ids(store) == set(returned)
+
+
+def test_power_cut_without_sync_loses_unsynced_puts(store_path: Path) -> None:
+    # The control: the fault injection really drops bytes, so the tests above can fail.
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, sync="periodic")
+    q = store.queue("q")
+    for i in range(10):
+        q.put(body(i))
+    changed = power_cut(store, fs, "index kept")
+    assert changed == ["truncated 0000000001.log to 32"]
+    with reopen(store_path) as store:
+        assert live_ids(store) == set()
+
+
+# -- sync="periodic" -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index", INDEX)
+def test_power_cut_with_sync_periodic_loses_only_what_followed_the_last_sync(
+    store_path: Path, index: str
+) -> None:
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, sync="periodic")
+    q = store.queue("q")
+    synced = [q.put(body(i)) for i in range(30)]
+    m = q.get(block=False)
+    q.ack(m)
+    store.sync()  # everything above is on disk from here on
+    later = [q.put(body(100 + i)) for i in range(30)]
+    m2 = q.get(block=False)
+    q.ack(m2)  # not synced: may be lost, so m2 may come back
+    power_cut(store, fs, index)
+    with reopen(store_path) as store:
+        survivors = live_ids(store)
+        assert set(synced) - {m.id} <= survivors  # nothing synced is lost
+        assert m.id not in survivors  # a synced ack is never undone
+        assert survivors <= set(synced) | set(later)
+        # In this simulation nothing after the sync reached the disk.
+        assert survivors == set(synced) - {m.id}
+
+
+@pytest.mark.parametrize("index", INDEX)
+def test_power_cut_with_sync_periodic_across_roll_overs(store_path: Path, index: str) -> None:
+    # Rolling over seals (fsyncs) the old file: the sealed files survive whole.
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, sync="periodic", max_file_size=SMALL_FILE)
+    q = store.queue("q")
+    synced = [q.put(body(i)) for i in range(100)]
+    store.sync()
+    later = [q.put(body(1000 + i)) for i in range(600)]
+    files_before = store.stats().data_files
+    assert files_before >= 3
+    power_cut(store, fs, index)
+    with reopen(store_path) as store:
+        survivors = live_ids(store)
+        assert set(synced) <= survivors <= set(synced) | set(later)
+        # ids are handed out in order, so what survives is a prefix of what was put.
+        assert sorted(survivors) == (synced + later)[: len(survivors)]
+        # Sealed files were fsynced by the roll-over: all but the last file's puts survive.
+        assert len(survivors) > len(synced)
+
+
+# -- sync="never" --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index", INDEX)
+def test_power_cut_with_sync_never_reopens_consistent(store_path: Path, index: str) -> None:
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, sync="never", max_file_size=SMALL_FILE)
+    q = store.queue("q")
+    early = [q.put(body(i)) for i in range(200)]
+    acked_early = set()
+    for _ in range(50):
+        m = q.get(block=False)
+        q.ack(m)
+        acked_early.add(m.id)
+    store.sync()  # commits the index; sync="never" does not fsync the journal
+    fs.writeback()  # ...but the OS writes the pages back on its own
+    late = [q.put(body(1000 + i)) for i in range(300)]
+    for _ in range(50):
+        q.ack(q.get(block=False))
+    power_cut(store, fs, index)
+    with reopen(store_path) as store:
+        survivors = live_ids(store)
+        assert not survivors & acked_early  # an ack on disk is never undone
+        assert set(early) - acked_early <= survivors
+        assert survivors <= set(early) | set(late)
+        # After the cut the store works as usual.
+        store.queue("q").put(b"after")
+
+
+def test_power_cut_with_sync_never_and_no_writeback_loses_everything(store_path: Path) -> None:
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, sync="never", max_file_size=SMALL_FILE)
+    q = store.queue("q")
+    for i in range(300):
+        q.put(body(i))
+    store.sync()
+    changed = power_cut(store, fs, "index kept")
+    assert changed  # roll-over files vanished, the first file lost its records
+    with reopen(store_path) as store:
+        assert live_ids(store) == set()

@@ -1,0 +1,188 @@
+"""Write errors through the I/O seam: the disk fills up (ENOSPC), or a write stops short.
+
+Guarantee: a call that fails raises a msgcask.Error, changes nothing, and the store keeps
+working once space is back; no partial record is ever visible, now or after reopening.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faulty_fs import FaultyFileSystem, abandon
+
+import msgcask
+
+SMALL_FILE = 64 * 1024
+
+
+def open_store(path: Path, fs: FaultyFileSystem | None = None, **kw: Any) -> msgcask.Store:
+    kw.setdefault("compaction_interval", None)
+    kw.setdefault("sync_interval", 3600)  # no background commits between our steps
+    return msgcask.Store(path, _fs=fs or FaultyFileSystem(), **kw)
+
+
+def observable(store: msgcask.Store) -> dict[str, Any]:
+    """Everything a failed call must leave as it was."""
+    st = store.stats()
+    return {
+        "queues": store.queues(),
+        "messages": {
+            name: [
+                (m.id, bytes(m.body), m.priority, m.deliveries) for m in store.queue(name).browse()
+            ]
+            for name in store.queues()
+        },
+        "len": {name: len(store.queue(name)) for name in store.queues()},
+        "stats": (
+            st.live_messages,
+            st.live_bytes,
+            st.data_bytes,
+            st.data_files,
+            st.files,
+            st.bytes_written,
+            st.bytes_put,
+            st.corruptions,
+        ),
+        "files": {p.name: p.stat().st_size for p in sorted(Path(store.path).glob("*.log"))},
+    }
+
+
+def contents(path: Path) -> dict[str, list[tuple[int, bytes]]]:
+    with msgcask.open(path, compaction_interval=None) as store:
+        assert store.verify() == []
+        return {
+            name: [(m.id, bytes(m.body)) for m in store.queue(name).browse()]
+            for name in store.queues()
+        }
+
+
+@pytest.fixture
+def fs() -> FaultyFileSystem:
+    return FaultyFileSystem()
+
+
+def test_put_that_hits_enospc_raises_and_changes_nothing(
+    store_path: Path, fs: FaultyFileSystem
+) -> None:
+    store = open_store(store_path, fs)
+    q = store.queue("q")
+    ids = [q.put(b"before %d" % i) for i in range(5)]
+    before = observable(store)
+    fs.no_space = True
+    with pytest.raises(msgcask.Error, match="disk space"):
+        q.put(b"does not fit")
+    with pytest.raises(msgcask.Error):
+        q.put_many([b"a", b"b"])
+    assert fs.appends >= 2  # the faults were really hit
+    assert observable(store) == before
+    assert store.verify() == []
+    fs.no_space = False  # space is back
+    after = q.put(b"after")
+    assert after > ids[-1]
+    store.close()
+    assert contents(store_path) == {
+        "q": [(i, b"before %d" % n) for n, i in enumerate(ids)] + [(after, b"after")]
+    }
+
+
+def test_get_that_hits_enospc_leaves_the_message_available(
+    store_path: Path, fs: FaultyFileSystem
+) -> None:
+    store = open_store(store_path, fs)
+    q = store.queue("q")
+    first = q.put(b"one")
+    q.put(b"two")
+    before = observable(store)
+    fs.no_space = True  # get() journals a DELIVER record
+    with pytest.raises(msgcask.Error):
+        q.get(block=False)
+    assert observable(store) == before
+    assert store._message_state(first) == "live"
+    fs.no_space = False
+    m = q.get(block=False)
+    assert (m.id, m.deliveries) == (first, 1)
+    assert store.verify() == []
+    store.close()
+
+
+def test_ack_that_hits_enospc_leaves_the_message_delivered(
+    store_path: Path, fs: FaultyFileSystem
+) -> None:
+    store = open_store(store_path, fs)
+    q = store.queue("q")
+    q.put(b"one")
+    m = q.get(block=False)
+    before = observable(store)
+    fs.no_space = True
+    with pytest.raises(msgcask.Error):
+        q.ack(m)
+    assert observable(store) == before
+    assert store._message_state(m.id) == "delivered"
+    fs.no_space = False
+    q.ack(m)  # the failed ack did not count: acking now is the first ack
+    assert store._message_state(m.id) in ("acked", "unknown")
+    assert len(q) == 0
+    assert store.verify() == []
+    store.close()
+    assert contents(store_path) == {"q": []}
+
+
+@pytest.mark.parametrize("written", [1, 12, 13, 40])
+def test_short_write_leaves_no_partial_record_after_reopen(
+    store_path: Path, fs: FaultyFileSystem, written: int
+) -> None:
+    store = open_store(store_path, fs)
+    q = store.queue("q")
+    ids = [q.put(b"kept %d" % i) for i in range(3)]
+    before = observable(store)
+    fs.short_write = written
+    with pytest.raises(msgcask.Error):
+        q.put(b"x" * 100)
+    # Cut back at once: the partial bytes are not left for a reader to trip over.
+    assert observable(store) == before
+    ids.append(q.put(b"later"))
+    store.close()
+    assert [i for i, _ in contents(store_path)["q"]] == ids
+
+
+@pytest.mark.parametrize("written", [1, 13, 90])
+def test_short_write_that_cannot_be_cut_back_is_dropped_on_reopen(
+    store_path: Path, fs: FaultyFileSystem, written: int
+) -> None:
+    # The partial record stays on disk (truncate fails too) and the process then dies.
+    store = open_store(store_path, fs)
+    q = store.queue("q")
+    ids = [q.put(b"kept %d" % i) for i in range(3)]
+    [path] = sorted(store_path.glob("*.log"))
+    size = path.stat().st_size
+    fs.short_write = written
+    fs.fail_truncate = True
+    with pytest.raises(msgcask.Error):
+        q.put(b"x" * 100)
+    assert path.stat().st_size == size + written  # really there
+    abandon(store)
+    with msgcask.open(store_path, compaction_interval=None) as reopened:
+        assert [m.id for m in reopened.queue("q").browse()] == ids
+        assert [c.action for c in reopened.recovery.corruptions] == ["truncated"]
+        assert reopened.verify() == []
+    assert path.stat().st_size == size
+
+
+def test_short_write_overwritten_by_later_records_is_dropped_on_reopen(
+    store_path: Path, fs: FaultyFileSystem
+) -> None:
+    # The partial bytes stay, later (shorter) records are written over their start, and
+    # what is left of them trails the last good record.
+    store = open_store(store_path, fs)
+    q = store.queue("q")
+    ids = [q.put(b"kept")]
+    fs.short_write = 250
+    fs.fail_truncate = True
+    with pytest.raises(msgcask.Error):
+        q.put(b"x" * 300)
+    fs.fail_truncate = False
+    ids.append(q.put(b"short"))
+    store.close()
+    assert [i for i, _ in contents(store_path)["q"]] == ids
