@@ -1,8 +1,9 @@
 """Crash-test writer: random operations on a store, each one reported on stdout.
 
 Usage: python crash_writer.py <store> <sync> <seed> <max_file_size> <workload>
-workload: "mixed" (put/put_many/get/ack/nack/transactions) or "compact" (the same plus
-store.compact() every few operations, with mostly acks so there is garbage to reclaim).
+workload: "mixed" (put/put_many/get/ack/nack/transactions), "compact" (the same plus
+store.compact() every few operations, with mostly acks so there is garbage to reclaim) or
+"background" (like "compact", but the background scheduler compacts, concurrently).
 
 Every line is flushed before the next operation starts. A lower-case line announces an
 operation (it may or may not have happened when the process is killed); the upper-case
@@ -46,12 +47,15 @@ def main() -> None:
     path, sync, seed_s, mfs, workload = sys.argv[1:6]
     seed = int(seed_s)
     rng = random.Random(seed)
+    background = workload == "background"
     store = msgcask.open(
         path,
         sync=sync,
         max_file_size=int(mfs),
         sync_interval=0.05,
-        compaction_interval=None,
+        # "background": the scheduler compacts often, concurrently with the operations.
+        compaction_interval=0.05 if background else None,
+        compaction_threshold=0.8 if background else 0.5,
     )
     queues = {name: store.queue(name) for name in QUEUES}
     delivered: dict[int, str] = {}  # id -> queue name
@@ -97,7 +101,7 @@ def main() -> None:
                 continue
             delivered[m.id] = name
             emit(f"G {m.id} {token_of(bytes(m.body))}")
-        elif roll < 0.85 or (workload == "compact" and roll < 0.95):
+        elif roll < 0.85 or (workload != "mixed" and roll < 0.95):
             if not delivered:
                 continue
             mid = rng.choice(sorted(delivered))

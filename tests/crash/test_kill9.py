@@ -279,3 +279,19 @@ def test_kill9_during_compaction_leaves_a_consistent_store(
         store.compact()
         verify(store)
         assert unexpected_entries(store_path) == []
+
+
+@pytest.mark.crash
+@pytest.mark.slow
+def test_kill9_while_background_compaction_runs_beside_the_writer(
+    store_path: Path,
+    scaled: Callable[[int], int],
+    verify: Verify,
+    unexpected_entries: Callable[[Path], list[str]],
+    data_files: Callable[[Path], list[Path]],
+) -> None:
+    # The scheduler's passes race with puts and acks (compare-and-swap territory).
+    lines, _ = crash_loop(
+        store_path, "never", scaled(4), "background", 65536, verify, unexpected_entries, data_files
+    )
+    assert lines > 10
