@@ -186,6 +186,7 @@ class Store:
         self._handles: dict[int, DataFile] = files.handles
         self._corruptions: list[CorruptionReport] = list(recovery.report.corruptions)
         self._lock = threading.RLock()
+        self._commit_hold = 0
         self._queues: dict[str, _QueueRuntime] = {}
         self._inflight: dict[int, _QueueRuntime] = {}
         self._next_id = max(recovery.max_msg_id + 1, env.get_u64(keys.META_NEXT_ID, 1))
@@ -264,7 +265,7 @@ class Store:
                 if self.options.sync != "never":
                     self._journal.sync()
                 self._env.put_u64(keys.META_CLEAN, 1)
-                self._commit_index()
+                self._commit_index(force=True)
                 self._env.sync()
             finally:
                 self._closed = True
@@ -311,8 +312,22 @@ class Store:
             self._check_open()
             self._commit_index()
 
-    def _commit_index(self) -> None:
-        """Commit the index with the journal position it now reflects."""
+    @contextlib.contextmanager
+    def _commits_held(self) -> Iterator[None]:
+        """Defer routine index commits (a compaction swap is in progress)."""
+        with self._lock:
+            self._commit_hold += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._commit_hold -= 1
+
+    def _commit_index(self, *, force: bool = False) -> None:
+        """Commit the index with the journal position it now reflects (unless
+        commits are held and this is not forced: the next commit includes it)."""
+        if self._commit_hold and not force:
+            return
         env = self._env
         self._acct.flush(
             lambda k, v: env.txn.put(k, v, db=env.files),

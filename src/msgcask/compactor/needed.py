@@ -49,6 +49,29 @@ def parse(buf: bytes) -> FileRecords:
     return out
 
 
+def chunks(records: FileRecords, size: int) -> list[FileRecords]:
+    """Split a file's records so each part can be classified under a short lock hold."""
+    out = []
+    for start in range(0, max(len(records.puts), len(records.acks), len(records.delivers)), size):
+        end = start + size
+        out.append(
+            FileRecords(
+                records.puts[start:end], records.acks[start:end], records.delivers[start:end]
+            )
+        )
+    return out
+
+
+def merge(parts: list[Needed], file_id: int) -> Needed:
+    whole = Needed(file_id)
+    for part in parts:
+        whole.puts += part.puts
+        whole.acks += part.acks
+        whole.delivers += part.delivers
+        whole.all_put_ids += part.all_put_ids
+    return whole
+
+
 def classify(catalog: Catalog, file_id: int, records: FileRecords) -> Needed:
     """Decide, from the index, which of a file's records are needed now.
     Call with the store lock held."""

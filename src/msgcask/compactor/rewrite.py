@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("msgcask")
 
 
+_CHUNK = 512  # records handled per lock hold
+
+
 @dataclass
 class _Copy:
     rtype: int
@@ -65,12 +68,19 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
     put_ids: dict[int, list[int]] = {}
     for victim in victims:
         buf = store._handles[victim].read_all()
-        records = needed.parse(buf)
-        with store._lock:
-            if victim == store._journal.head_id or store._acct.peek(victim).retired:
-                continue
-            found = needed.classify(store._catalog, victim, records)
-        put_ids[victim] = found.all_put_ids
+        parts = []
+        for chunk in needed.chunks(needed.parse(buf), _CHUNK):
+            # Short lock holds, so foreground latency does not see the whole file.
+            with store._lock:
+                if victim == store._journal.head_id or store._acct.peek(victim).retired:
+                    break
+                parts.append(needed.classify(store._catalog, victim, chunk))
+            time.sleep(0)
+        else:
+            found = needed.merge(parts, victim)
+            put_ids[victim] = found.all_put_ids if store._acct.peek(victim).dead_puts else []
+        if victim not in put_ids:
+            continue
         for msg_id, item, entry in found.puts:
             data = buf[item.offset : item.end]
             put = codec.decode_put_meta(buf, item.payload_start)
@@ -101,35 +111,52 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
 
     out_id, out, offsets = _write_output(store, victims, copies)
 
-    with store._lock:
-        store._handles[out_id] = out
-        store._acct.add(FileAccount(out_id, fmt.KIND_COMPACTED, size=out.size, created=time.time()))
-        store._data_bytes += out.size
+    # The swap runs in chunks under short lock holds. Index commits are held
+    # back until it is complete, so a crash anywhere in it reverts to the state
+    # before it (the copy is then an orphan, removed on open).
+    with store._commits_held():
+        with store._lock:
+            store._handles[out_id] = out
+            store._acct.add(
+                FileAccount(out_id, fmt.KIND_COMPACTED, size=out.size, created=time.time())
+            )
+            store._data_bytes += out.size
         catalog = store._catalog
-        for copy, offset in zip(copies, offsets, strict=True):
-            if copy.rtype == fmt.TYPE_PUT:
-                catalog.relocate(
-                    copy.msg_id, copy.victim, out_id, offset, len(copy.data), copy.count
-                )
-            elif copy.rtype == fmt.TYPE_ACK:
-                catalog.carry_ack(copy.msg_id, copy.victim, out_id)
-            else:
-                catalog.carry_deliver(copy.msg_id, copy.count, copy.victim, out_id)
-        retired = []
+        for start in range(0, len(copies), _CHUNK):
+            with store._lock:
+                for copy, offset in zip(
+                    copies[start : start + _CHUNK], offsets[start : start + _CHUNK], strict=True
+                ):
+                    if copy.rtype == fmt.TYPE_PUT:
+                        catalog.relocate(
+                            copy.msg_id, copy.victim, out_id, offset, len(copy.data), copy.count
+                        )
+                    elif copy.rtype == fmt.TYPE_ACK:
+                        catalog.carry_ack(copy.msg_id, copy.victim, out_id)
+                    else:
+                        catalog.carry_deliver(copy.msg_id, copy.count, copy.victim, out_id)
+            time.sleep(0)
         for victim in victims:
-            catalog.release_dead_puts(victim, put_ids[victim])
-            acct = store._acct[victim]
-            if acct.live_messages or acct.needed_marks or acct.dead_puts:
-                log.error(
-                    "msgcask: victim %d still holds needed records after the swap (%s); kept",
-                    victim,
-                    acct,
-                )
-                continue
-            acct.retired = True
-            retired.append(victim)
-        crash_point("compact.before_swap_commit")
-        store._commit_index()
+            ids = put_ids[victim]
+            for start in range(0, len(ids), _CHUNK):
+                with store._lock:
+                    catalog.release_dead_puts(victim, ids[start : start + _CHUNK])
+                time.sleep(0)
+        with store._lock:
+            retired = []
+            for victim in victims:
+                acct = store._acct[victim]
+                if acct.live_messages or acct.needed_marks or acct.dead_puts:
+                    log.error(
+                        "msgcask: victim %d still holds needed records after the swap (%s); kept",
+                        victim,
+                        acct,
+                    )
+                    continue
+                acct.retired = True
+                retired.append(victim)
+            crash_point("compact.before_swap_commit")
+            store._commit_index(force=True)
     crash_point("compact.after_swap_commit")
     freed = delete_retired(store, retired)
     # Net bytes: what the victims held minus what their copy takes.

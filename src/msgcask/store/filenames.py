@@ -11,7 +11,7 @@ import re
 DATA_SUFFIX = ".log"
 INDEX_DIR = "index"
 LOCK_FILE = "LOCK"
-_DATA_NAME = re.compile(r"^(\d{10})\.log$")
+_DATA_NAME = re.compile(r"([0-9]{10})\.log")
 MAX_FILE_ID = 2**32 - 1
 
 
@@ -24,7 +24,7 @@ def data_file_name(file_id: int) -> str:
 
 def parse_data_file_name(name: str) -> int | None:
     """Return the file id a data-file name encodes, or None if it is not one."""
-    match = _DATA_NAME.match(name)
+    match = _DATA_NAME.fullmatch(name)
     if match is None:
         return None
     file_id = int(match.group(1))
