@@ -1,0 +1,146 @@
+"""The background compaction schedule (compactor/scheduler.py).
+
+A job runs a pass every ``compaction_interval`` seconds with no ``compact()`` call;
+``pause_compaction()`` holds it, ``resume_compaction()`` restarts it, ``close()`` stops
+it and leaves no thread behind, and ``compaction_interval=None`` runs no job at all.
+Waits are bounded polling loops, never timing assertions.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import msgcask
+
+MFS = 64 * 1024
+INTERVAL = 0.2
+WAIT = 20.0  # generous: a loaded CI machine may be slow, a broken job never gets there
+
+
+def _open(path: Path, interval: float | None = INTERVAL) -> msgcask.Store:
+    return msgcask.open(path, max_file_size=MFS, compaction_interval=interval)
+
+
+def _make_sparse_files(store: msgcask.Store) -> int:
+    """~10 sealed files, each holding a few pinned live messages among consumed ones
+    (so deleting whole empty files cannot help: only a rewrite shrinks the store).
+    Returns the data bytes right after."""
+    q = store.queue("s")
+    for i in range(600):
+        q.put(b"p" * 1000, headers={"pin": "1"} if i % 25 == 0 else {})
+    for _ in range(600 - 24):
+        q.ack(q.get(block=False, selector=lambda h: "pin" not in h))
+    return store.stats().data_bytes
+
+
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up after {WAIT} s waiting for {what}"
+        time.sleep(0.05)
+
+
+def _scheduler_threads() -> list[str]:
+    return [
+        t.name
+        for t in threading.enumerate()
+        if t.is_alive() and ("APScheduler" in t.name or "ThreadPoolExecutor" in t.name)
+    ]
+
+
+def _rewritten(store: msgcask.Store) -> int:
+    return store.stats().compaction.files_rewritten
+
+
+def test_background_job_compacts_without_a_compact_call(tmp_path: Path) -> None:
+    with _open(tmp_path / "store") as store:
+        big = _make_sparse_files(store)
+        _wait_for(lambda: _rewritten(store) > 0, "a background pass to rewrite a file")
+        _wait_for(
+            lambda: store.stats().data_bytes < big // 3, "the background job to shrink the store"
+        )
+        assert store.last_compaction is not None
+        assert store.stats().compaction.passes >= 1
+        assert len(store.queue("s")) == 24
+        assert store.verify() == []
+
+
+def test_background_job_runs_again_and_again(tmp_path: Path) -> None:
+    # Not a one-off: passes keep coming at the interval, and new garbage is reclaimed.
+    with _open(tmp_path / "store") as store:
+        _wait_for(lambda: store.stats().compaction.passes >= 3, "three background passes")
+        _make_sparse_files(store)
+        _wait_for(lambda: _rewritten(store) > 0, "a pass over files made after the first ones")
+        assert store.verify() == []
+
+
+def test_paused_compaction_leaves_garbage_until_resumed(tmp_path: Path) -> None:
+    with _open(tmp_path / "store") as store:
+        store.pause_compaction()
+        passes_at_pause = store.stats().compaction.passes
+        big = _make_sparse_files(store)
+        time.sleep(10 * INTERVAL)  # ten intervals in which no pass may run
+        st = store.stats()
+        assert st.compaction.passes == passes_at_pause, "a pass ran while paused"
+        assert st.compaction.files_rewritten == 0
+        assert st.data_bytes >= big, "the store shrank while compaction was paused"
+
+        store.resume_compaction()
+        _wait_for(lambda: _rewritten(store) > 0, "a pass after resume_compaction()")
+        _wait_for(lambda: store.stats().data_bytes < big // 3, "the store to shrink")
+        assert store.verify() == []
+
+
+def test_explicit_compact_works_while_the_schedule_is_paused(tmp_path: Path) -> None:
+    with _open(tmp_path / "store") as store:
+        store.pause_compaction()
+        big = _make_sparse_files(store)
+        report = store.compact()
+        assert report.files_rewritten > 0
+        assert store.stats().data_bytes < big // 3
+        assert store.last_compaction == report
+
+
+def test_close_stops_the_job_and_leaves_no_thread(tmp_path: Path) -> None:
+    before = {t.ident for t in threading.enumerate()}
+    store = _open(tmp_path / "store", interval=0.05)
+    _make_sparse_files(store)
+    _wait_for(lambda: store.stats().compaction.passes >= 2, "background passes")
+    assert _scheduler_threads(), "no scheduler thread while the job is on"
+    store.close()
+    left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    assert left == [], f"threads still running after close(): {left}"
+    assert _scheduler_threads() == []
+    # And the store, reopened, is intact: close did not cut a pass in half.
+    with _open(tmp_path / "store", interval=None) as again:
+        assert len(again.queue("s")) == 24
+        assert again.verify() == []
+
+
+def test_close_while_paused_leaves_no_thread(tmp_path: Path) -> None:
+    before = {t.ident for t in threading.enumerate()}
+    store = _open(tmp_path / "store")
+    store.pause_compaction()
+    store.close()
+    left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    assert left == [], f"threads still running after close(): {left}"
+
+
+def test_no_interval_runs_no_job(tmp_path: Path) -> None:
+    with _open(tmp_path / "store", interval=None) as store:
+        assert _scheduler_threads() == [], "a scheduler runs with compaction_interval=None"
+        big = _make_sparse_files(store)
+        time.sleep(10 * INTERVAL)
+        st = store.stats()
+        assert st.compaction.passes == 0
+        assert st.compaction.files_rewritten == 0
+        assert st.data_bytes >= big
+        assert store.last_compaction is None
+        # pause/resume are harmless without a job.
+        store.pause_compaction()
+        store.resume_compaction()
+        time.sleep(3 * INTERVAL)
+        assert store.stats().compaction.passes == 0
