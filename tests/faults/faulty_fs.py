@@ -1,8 +1,9 @@
 """A fault-injecting FileSystem for the store's I/O seam (msgcask/store/fs.py).
 
 Modelled on LevelDB's FaultInjectionTestEnv: it remembers, for every data file, how many
-bytes were on disk at its last fsync and whether its directory entry was made durable, and
-``power_cut()`` throws away everything else. It also injects write errors (ENOSPC, short
+bytes were on disk at its last fsync and whether its creation or deletion was made durable
+by an fsync of the directory, and ``power_cut()`` throws away everything else (a deleted
+file comes back as it was at its last fsync). It also injects write errors (ENOSPC, short
 writes) and bit flips on read.
 
 Only data files go through the seam; the LMDB index does not. A power cut here therefore
@@ -87,6 +88,8 @@ class FaultyFileSystem(FileSystem):
         self.bad_bytes: dict[str, set[int]] = {}
         self.synced: dict[str, int] = {}  # path -> bytes durable at its last fsync
         self.unsynced_names: set[str] = set()  # created or renamed since their dir's fsync
+        # Unlinked since their dir's fsync: path -> where the bytes wait in case of a cut.
+        self.unsynced_unlinks: dict[str, str] = {}
         self.appends = 0
         self.fsyncs = 0
         self.flipped_reads = 0
@@ -118,17 +121,32 @@ class FaultyFileSystem(FileSystem):
                 self.unsynced_names.add(path)
 
     def unlink(self, path: str) -> None:
-        super().unlink(path)
         with self.mutex:
-            self.synced.pop(path, None)
+            created_unsynced = path in self.unsynced_names
             self.unsynced_names.discard(path)
+            size = self.synced.pop(path, None)
+        if created_unsynced or size is None:
+            super().unlink(path)  # a cut would remove it anyway
+            return
+        # Until the directory is fsynced, a power cut brings the file back (as it was at
+        # its last fsync): keep its bytes aside instead of deleting them.
+        keep = os.path.join(
+            os.path.dirname(os.path.dirname(path)), ".unlinked-" + os.path.basename(path)
+        )
+        os.rename(path, keep)
+        os.truncate(keep, min(size, os.path.getsize(keep)))
+        with self.mutex:
+            self.unsynced_unlinks[path] = keep
 
     def fsync_dir(self, path: str) -> None:
         super().fsync_dir(path)
+        here = os.path.normpath(path)
         with self.mutex:
-            self.unsynced_names = {
-                n for n in self.unsynced_names if os.path.dirname(n) != os.path.normpath(path)
-            }
+            self.unsynced_names = {n for n in self.unsynced_names if os.path.dirname(n) != here}
+            for name, keep in list(self.unsynced_unlinks.items()):
+                if os.path.dirname(name) == here:
+                    os.unlink(keep)
+                    del self.unsynced_unlinks[name]
 
     # -- what the machine does ----------------------------------------------------------
 
@@ -140,11 +158,18 @@ class FaultyFileSystem(FileSystem):
                 if os.path.exists(path):
                     self.synced[path] = os.path.getsize(path)
             self.unsynced_names.clear()
+            self._forget_unlinked()
+
+    def _forget_unlinked(self) -> None:
+        for keep in self.unsynced_unlinks.values():
+            os.unlink(keep)
+        self.unsynced_unlinks.clear()
 
     def writeback_names(self) -> None:
         """The OS commits directory entries but not file data (delayed allocation)."""
         with self.mutex:
             self.unsynced_names.clear()
+            self._forget_unlinked()
 
     def power_cut(self) -> list[str]:
         """Drop every byte not fsynced and every name not made durable. Call it after the
@@ -161,6 +186,11 @@ class FaultyFileSystem(FileSystem):
                     os.truncate(path, size)
                     changed.append(f"truncated {os.path.basename(path)} to {size}")
             self.unsynced_names.clear()
+            for path, keep in sorted(self.unsynced_unlinks.items()):
+                os.rename(keep, path)
+                self.synced[path] = os.path.getsize(path)
+                changed.append(f"restored {os.path.basename(path)}")
+            self.unsynced_unlinks.clear()
             self.synced = {p: s for p, s in self.synced.items() if os.path.exists(p)}
         return changed
 

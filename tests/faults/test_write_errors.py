@@ -186,3 +186,22 @@ def test_short_write_overwritten_by_later_records_is_dropped_on_reopen(
     ids.append(q.put(b"short"))
     store.close()
     assert [i for i, _ in contents(store_path)["q"]] == ids
+
+
+@pytest.mark.parametrize("written", [5, 30, 200])
+def test_short_write_of_a_batch_leaves_none_of_it_after_reopen(
+    store_path: Path, fs: FaultyFileSystem, written: int
+) -> None:
+    # written=200 gets the batch header and whole member records onto the disk: they
+    # must still not count, as the batch is all or nothing.
+    store = open_store(store_path, fs)
+    q = store.queue("q")
+    ids = [q.put(b"kept")]
+    fs.short_write = written
+    fs.fail_truncate = True
+    with pytest.raises(msgcask.Error):
+        q.put_many([b"a" * 40, b"b" * 40, b"c" * 40, b"d" * 40])
+    abandon(store)
+    with msgcask.open(store_path, compaction_interval=None) as reopened:
+        assert [m.id for m in reopened.queue("q").browse()] == ids
+        assert reopened.verify() == []
