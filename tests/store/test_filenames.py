@@ -38,6 +38,9 @@ def test_out_of_range_ids_have_no_name(file_id: int) -> None:
         "000000000a.log",
         " 0000000001.log",
         "0000000001.log ",
+        "0000000001.log\n",  # `$` in a regex also matches before a final newline
+        "\u0660" * 9 + "\u0661.log",  # Arabic-Indic digits: \d matches, int() reads them
+        "\uff10" * 9 + "\uff11.log",  # full-width digits
         "index",
         "LOCK",
         "",
