@@ -5,7 +5,10 @@ in the environment. The crash point is disarmed while the store is built (a seal
 journal happens on every roll-over) and armed just before PHASE:
 
 * ``compact``: ``store.compact()``, which must reach the point and be SIGKILLed there;
-* ``put``: keep putting (each put rolls the journal over sooner or later).
+* ``put``: keep putting (each put rolls the journal over sooner or later);
+* ``drain``: ack every message left, then ``store.compact()``: files die whole, so the
+  point is reached on the plain deletion path (by the pass or by the background flush
+  that deletes emptied files).
 
 Every fact the parent may rely on is printed, as one JSON object per line, only after the
 call that made it true returned:
@@ -14,6 +17,7 @@ call that made it true returned:
   read back with browse(), and every id acked;
 * ``{"armed": point}``: the crash point is armed;
 * ``{"put": id, "seq": n}``: a put in the ``put`` phase returned;
+* ``{"acking": id}`` / ``{"acked": id}``: an ack in the ``drain`` phase started / returned;
 * ``{"survived": ...}``: the phase ended without reaching the point (a test failure).
 """
 
@@ -46,9 +50,11 @@ def unpinned(headers: dict[str, str]) -> bool:
     return "pin" not in headers
 
 
-def build(store: msgcask.Store, rounds: int) -> None:
+def build(store: msgcask.Store, rounds: int) -> list[msgcask.Message]:
+    """Build the pinned store; return the messages left delivered and unacked."""
     q = store.queue("work", max_deliveries=1)
     acked: list[int] = []
+    inflight: list[msgcask.Message] = []
     seq = 0
     for _ in range(rounds):
         for _ in range(PER_ROUND):
@@ -68,7 +74,7 @@ def build(store: msgcask.Store, rounds: int) -> None:
             if n % DLQ_EVERY == 3:
                 q.nack(m)
             elif n % INFLIGHT_EVERY == 11:
-                pass  # stays delivered
+                inflight.append(m)  # stays delivered
             else:
                 q.ack(m)
                 acked.append(m.id)
@@ -78,6 +84,13 @@ def build(store: msgcask.Store, rounds: int) -> None:
         for m in store.queue(name).browse()
     ]
     emit({"state": {"live": live, "acked": acked, "next_seq": seq}})
+    return inflight
+
+
+def ack(q: msgcask.Queue, m: msgcask.Message) -> None:
+    emit({"acking": m.id})
+    q.ack(m)
+    emit({"acked": m.id})
 
 
 def main() -> None:
@@ -85,7 +98,7 @@ def main() -> None:
     point = os.environ.get("MSGCASK_CRASH_AT", "")
     fs.set_crash_point("")  # not while building
     store = msgcask.open(path, max_file_size=MAX_FILE_SIZE, compaction_interval=None)
-    build(store, rounds)
+    inflight = build(store, rounds)
     fs.set_crash_point(point)
     emit({"armed": point})
     if phase == "compact":
@@ -99,6 +112,20 @@ def main() -> None:
             emit({"put": msg_id, "seq": seq})
             seq += 1
         emit({"survived": "put phase"})
+    elif phase == "drain":
+        work = store.queue("work")
+        for m in inflight:
+            ack(work, m)
+        for name in store.queues():
+            q = store.queue(name)
+            while True:
+                try:
+                    m = q.get(block=False)
+                except msgcask.Empty:
+                    break
+                ack(q, m)
+        report = store.compact()
+        emit({"survived": repr(report)})
     else:
         raise SystemExit(f"unknown phase {phase!r}")
     store.close()

@@ -50,7 +50,11 @@ class Crash:
     stderr: str
     live: dict[int, tuple[str, int, int]] = field(default_factory=dict)  # id -> q, seq, dl
     acked: set[int] = field(default_factory=set)
+    maybe_acked: set[int] = field(default_factory=set)  # ack started, never confirmed
     armed: bool = False
+    # The drain phase gets each message before acking it: one get may have been cut off
+    # from its report, so that message's count may be one more than the child knew.
+    gets_unreported: bool = False
     survived: str | None = None
     compacted_files: int = 0  # compacted data files on disk at the moment of death
     temp_files: int = 0
@@ -65,7 +69,7 @@ def _run_child(path: Path, point: str, phase: str, rounds: int) -> Crash:
         text=True,
         timeout=300,
     )
-    crash = Crash(path, point, proc.returncode, proc.stderr)
+    crash = Crash(path, point, proc.returncode, proc.stderr, gets_unreported=phase == "drain")
     # A half-written last line (the kill can land mid-write) says nothing.
     for line in proc.stdout.split("\n")[:-1]:
         obj = json.loads(line)
@@ -75,6 +79,11 @@ def _run_child(path: Path, point: str, phase: str, rounds: int) -> Crash:
             crash.acked = set(obj["state"]["acked"])
         elif "armed" in obj:
             crash.armed = True
+        elif "acking" in obj:
+            crash.maybe_acked.add(obj["acking"])
+        elif "acked" in obj:
+            crash.maybe_acked.discard(obj["acked"])
+            crash.acked.add(obj["acked"])
         elif "put" in obj:
             crash.live[obj["put"]] = ("work", obj["seq"], 0)
         elif "survived" in obj:
@@ -124,6 +133,18 @@ POINTS = [
         id="deleted_victims_still_in_the_index_lose_nothing",
     ),
     pytest.param(
+        "reclaim.before_unlink",
+        "drain",
+        "any",
+        id="whole_file_deletion_cut_before_unlink_resurrects_nothing",
+    ),
+    pytest.param(
+        "reclaim.after_unlink",
+        "drain",
+        "any",
+        id="whole_file_deletion_cut_after_unlink_loses_nothing",
+    ),
+    pytest.param(
         "journal.before_seal_fsync",
         "put",
         "any",
@@ -137,13 +158,13 @@ def crashes(
     tmp_path_factory: pytest.TempPathFactory, scaled: Callable[[int], int]
 ) -> Iterator[Callable[[str, str], Crash]]:
     """Run each crash point's child once; both reopen modes start from copies of it."""
-    cache: dict[str, Crash] = {}
+    cache: dict[tuple[str, str], Crash] = {}
 
     def get(point: str, phase: str) -> Crash:
-        if point not in cache:
+        if (point, phase) not in cache:
             path = tmp_path_factory.mktemp("crash") / "store"
-            cache[point] = _run_child(path, point, phase, scaled(ROUNDS))
-        return cache[point]
+            cache[point, phase] = _run_child(path, point, phase, scaled(ROUNDS))
+        return cache[point, phase]
 
     yield get
 
@@ -169,12 +190,13 @@ def _check_same_messages(store: msgcask.Store, crash: Crash) -> None:
             assert m.queue == queue, f"message {m.id} moved from {queue!r} to {m.queue!r}"
             assert m.body == body_for(seq), f"message {m.id} has a different body"
             assert m.headers["seq"] == str(seq)
-            assert m.deliveries == deliveries, (
+            slack = 1 if crash.gets_unreported else 0
+            assert deliveries <= m.deliveries <= deliveries + slack, (
                 f"message {m.id}: delivery count {m.deliveries}, was {deliveries}"
             )
     duplicated = sorted(i for i, n in seen.items() if n > 1)
     assert not duplicated, f"messages seen more than once: {duplicated[:10]}"
-    lost = sorted(set(crash.live) - set(seen))
+    lost = sorted(set(crash.live) - crash.acked - crash.maybe_acked - set(seen))
     assert not lost, f"{len(lost)} live messages lost, e.g. {lost[:10]}"
     back = sorted(i for i in crash.acked if store._message_state(i) in ("live", "delivered"))
     assert not back, f"{len(back)} acked messages resurrected, e.g. {back[:10]}"
