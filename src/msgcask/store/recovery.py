@@ -79,6 +79,8 @@ class OpenedFiles:
 
     handles: dict[int, DataFile]
     headers: dict[int, codec.FileHeader]
+    # Newest files that a crash left without a complete header (removed).
+    torn: list[CorruptionReport] = field(default_factory=list)
 
 
 class NeedsRebuild(Exception):
@@ -88,8 +90,10 @@ class NeedsRebuild(Exception):
 def open_data_files(fs: FileSystem, directory: str, *, writable: bool = True) -> OpenedFiles:
     handles: dict[int, DataFile] = {}
     headers: dict[int, codec.FileHeader] = {}
+    torn: list[CorruptionReport] = []
+    names = sorted(fs.listdir(directory))
     try:
-        for name in sorted(fs.listdir(directory)):
+        for name in names:
             file_id = parse_data_file_name(name)
             if file_id is None:
                 if writable and parse_data_file_name(name.removesuffix(TEMP_SUFFIX)):
@@ -99,7 +103,19 @@ def open_data_files(fs: FileSystem, directory: str, *, writable: bool = True) ->
             path = os.path.join(directory, name)
             handle = fs.open(path, writable=writable)
             handles[file_id] = handle
-            header = codec.decode_file_header(handle.read(0, fmt.FILE_HEADER_SIZE), path)
+            raw = handle.read(0, fmt.FILE_HEADER_SIZE)
+            try:
+                header = codec.decode_file_header(raw, path)
+            except CorruptionError as e:
+                if not (writable and _torn_creation(handle, raw, file_id, names)):
+                    raise
+                # The newest file, created just before a crash (its bytes never
+                # reached the disk, only its name): it holds nothing; remove it.
+                del handles[file_id]
+                handle.close()
+                fs.unlink(path)
+                torn.append(CorruptionReport(file_id, path, 0, handle.size, str(e), "removed"))
+                continue
             if header.file_id != file_id:
                 raise CorruptionError(
                     f"{path}: header names file {header.file_id}; the file was renamed or "
@@ -113,7 +129,16 @@ def open_data_files(fs: FileSystem, directory: str, *, writable: bool = True) ->
         for handle in handles.values():
             handle.close()
         raise
-    return OpenedFiles(handles, headers)
+    return OpenedFiles(handles, headers, torn)
+
+
+def _torn_creation(handle: DataFile, raw: bytes, file_id: int, names: list[str]) -> bool:
+    """A bad header is a torn creation only in the newest data file, and only if
+    the file is all zeros (a name whose data never reached the disk)."""
+    newest = max((i for n in names if (i := parse_data_file_name(n)) is not None), default=0)
+    if file_id != newest or handle.size > 2 * 2**20:
+        return False
+    return not any(handle.read_all()) if raw else True
 
 
 class Recovery:
@@ -124,6 +149,7 @@ class Recovery:
         self.directory = directory
         self.files = files
         self.report = RecoveryReport()
+        self.report.corruptions += files.torn
         self.max_msg_id = 0
 
     # -- entry point ---------------------------------------------------------------

@@ -8,6 +8,7 @@ thread whose records were written before the fsync started, so N threads in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -63,7 +64,13 @@ class Journal:
         if self.head.size + len(data) > self.max_file_size and (
             self.head.size > fmt.FILE_HEADER_SIZE
         ):
-            self.roll_over()
+            try:
+                self.roll_over()
+            except OSError as e:
+                raise Error(
+                    f"cannot start a new data file in {self.directory}: {e.strerror}. Free "
+                    "disk space, then retry; nothing of this call was stored."
+                ) from e
         before = self.head.size
         try:
             offset = self.head.append(data)
@@ -92,8 +99,14 @@ class Journal:
         file_id = self._new_file_id()
         path = os.path.join(self.directory, data_file_name(file_id))
         new = self.fs.create_temp(path)
-        new.append(codec.encode_file_header(fmt.KIND_JOURNAL, file_id, self._id_floor()))
-        self.fs.publish(new, path, durable=self.fsync_enabled)
+        try:
+            new.append(codec.encode_file_header(fmt.KIND_JOURNAL, file_id, self._id_floor()))
+            self.fs.publish(new, path, durable=self.fsync_enabled)
+        except OSError:
+            new.close()
+            with contextlib.suppress(OSError):
+                self.fs.unlink(new.path)
+            raise
         self.head_id, self.head = file_id, new
         self._head_state = (new, file_id)
         self._on_new_file(file_id, new)
