@@ -56,6 +56,8 @@ class FaultyDataFile(DataFile):
         return bytes(buf)
 
     def fsync(self) -> None:
+        if self.fs.fail_fsync:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
         size = self.size  # what the fsync covers: everything written before it started
         super().fsync()
         with self.fs.mutex:
@@ -77,6 +79,7 @@ class FaultyFileSystem(FileSystem):
     * ``no_space``: every append raises ENOSPC and writes nothing;
     * ``short_write = n``: the next append writes its first ``n`` bytes, then raises ENOSPC;
     * ``fail_truncate``: truncate raises EIO (so a failed append's bytes stay on disk);
+    * ``fail_fsync``: fsync raises EIO (the disk could not make the bytes durable);
     * ``bad_bytes[path] = {offset, ...}``: reads covering those offsets get a bit flipped.
     """
 
@@ -85,6 +88,7 @@ class FaultyFileSystem(FileSystem):
         self.no_space = False
         self.short_write: int | None = None
         self.fail_truncate = False
+        self.fail_fsync = False
         self.bad_bytes: dict[str, set[int]] = {}
         self.synced: dict[str, int] = {}  # path -> bytes durable at its last fsync
         self.unsynced_names: set[str] = set()  # created or renamed since their dir's fsync
