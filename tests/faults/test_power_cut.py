@@ -217,3 +217,23 @@ def test_power_cut_with_sync_never_and_no_writeback_loses_everything(store_path:
     assert changed  # roll-over files vanished, the first file lost its records
     with reopen(store_path) as store:
         assert live_ids(store) == set()
+
+
+@pytest.mark.parametrize("index", INDEX)
+def test_power_cut_with_sync_never_leaves_the_newest_file_empty(
+    store_path: Path, index: str
+) -> None:
+    # Delayed allocation: the name of the file the journal rolled over to was committed,
+    # its data was not. The store opens, reports the empty file, and carries on.
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, sync="never", max_file_size=SMALL_FILE)
+    q = store.queue("q")
+    for i in range(300):
+        q.put(body(i))
+    fs.writeback_names()
+    power_cut(store, fs, index)
+    [empty] = [p for p in store_path.glob("*.log") if p.stat().st_size == 0]
+    with reopen(store_path) as store:
+        assert live_ids(store) == set()
+        assert int(empty.name[:10]) in {c.file_id for c in store.recovery.corruptions}
+        store.queue("q").put(b"after")

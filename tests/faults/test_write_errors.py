@@ -13,6 +13,8 @@ import pytest
 from faulty_fs import FaultyFileSystem, abandon
 
 import msgcask
+from msgcask.store import codec
+from msgcask.store import format as fmt
 
 SMALL_FILE = 64 * 1024
 
@@ -127,6 +129,28 @@ def test_ack_that_hits_enospc_leaves_the_message_delivered(
     assert store.verify() == []
     store.close()
     assert contents(store_path) == {"q": []}
+
+
+def test_enospc_when_rolling_over_to_a_new_file_raises_msgcask_error(
+    store_path: Path, fs: FaultyFileSystem, unexpected_entries: Any
+) -> None:
+    store = open_store(store_path, fs, max_file_size=SMALL_FILE)
+    q = store.queue("q")
+    body = bytes(5000)
+    per_file = (SMALL_FILE - fmt.FILE_HEADER_SIZE) // codec.put_record_size(b"q", b"", len(body))
+    ids = [q.put(body) for _ in range(per_file)]  # the file is full: the next put rolls over
+    assert store.stats().data_files == 1
+    before = observable(store)
+    fs.no_space = True
+    with pytest.raises(msgcask.Error):
+        q.put(body)
+    assert observable(store) == before
+    fs.no_space = False
+    ids.append(q.put(body))
+    assert store.verify() == []
+    store.close()
+    assert [i for i, _ in contents(store_path)["q"]] == ids
+    assert unexpected_entries(store_path) == []
 
 
 @pytest.mark.parametrize("written", [1, 12, 13, 40])
