@@ -1,0 +1,397 @@
+"""The documents agree with the code.
+
+docs/format.md marks its tables with HTML comments on the line before them:
+
+* ``<!-- layout: NAME -->``: an ``Offset | Size | Field | Type | ...`` table of one
+  struct layout, followed by a ``Size: a + b + ... = N bytes`` line. Rows whose
+  Size is a number are fixed fields; they must match the fields of the structs
+  in ``LAYOUTS`` one for one (size, integer width, byte order), their offsets
+  must add up, and the Size line must be their sum.
+* ``<!-- values: NAME -->``: a table whose first column is a constant's name and
+  whose second is its value, both in backticks (a Python literal: ``0xA1``,
+  ``b"format"``). Every row must equal the constant in the code.
+* ``<!-- example: NAME -->``: an ``xxd`` dump of a file the test makes again with
+  the library and compares byte for byte.
+
+docs/tuning.md marks its settings table with ``<!-- settings -->``: first column
+the option name, a ``Default`` column holding a Python expression in backticks.
+docs/design.md must name every crash point in the source.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import struct
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import msgcask
+from msgcask.index import accounting, env, keys
+from msgcask.options import Options
+from msgcask.store import filenames, fs
+from msgcask.store import format as fmt
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+SRC = ROOT / "src" / "msgcask"
+
+# layout name in docs/format.md -> the structs it documents, in order, and the size
+# the Size line must add up to (None: the structs repeat, no single total).
+LAYOUTS: dict[str, tuple[list[struct.Struct], int | None]] = {
+    "file-header": ([fmt.FILE_HEADER, fmt.FILE_HEADER_CHECKSUM], fmt.FILE_HEADER_SIZE),
+    "record-header": ([fmt.RECORD_HEADER], fmt.RECORD_HEADER_SIZE),
+    "put-payload": ([fmt.PUT_FIXED], fmt.PUT_FIXED_SIZE),
+    "headers-block": ([fmt.HEADER_COUNT, fmt.HEADER_KEY_LEN, fmt.HEADER_VALUE_LEN], None),
+    "ack-payload": ([fmt.ACK_PAYLOAD], fmt.ACK_PAYLOAD.size),
+    "deliver-payload": ([fmt.DELIVER_PAYLOAD], fmt.DELIVER_PAYLOAD.size),
+    "batch-payload": ([fmt.BATCH_PAYLOAD], fmt.BATCH_PAYLOAD.size),
+    "manifest-payload": ([fmt.MANIFEST_COUNT, fmt.MANIFEST_ENTRY], None),
+    "index-order-key": ([keys.ORDER_KEY], keys.ORDER_KEY.size),
+    "index-queue-value": ([keys.QUEUE_VALUE], keys.QUEUE_VALUE.size),
+    "index-msg-key": ([keys.MSG_KEY], keys.MSG_KEY.size),
+    "index-file-key": ([keys.FILE_KEY], keys.FILE_KEY.size),
+    "index-live-entry": ([keys._LIVE], keys._LIVE.size),
+    "index-acked-entry": ([keys._ACKED], keys._ACKED.size),
+    "index-file-value": ([accounting._FILE_VALUE], accounting._FILE_VALUE.size),
+    "index-checkpoint": ([keys.CHECKPOINT], keys.CHECKPOINT.size),
+}
+
+# Structs that need no table of their own, and why.
+UNDOCUMENTED_STRUCTS = {
+    "ORDER_PREFIX": "the first field of the order key",
+    "U64": "the u64 LE meta values, described in the meta keys table",
+}
+
+# Modules whose constants the values tables may name.
+CONSTANT_MODULES: list[ModuleType] = [fmt, keys, env, filenames, fs]
+
+_TYPE_WIDTH = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "f64": 8}
+_FLOAT_CHARS = {"d": 8, "f": 4, "e": 2}
+
+
+# -- reading markdown ----------------------------------------------------------------
+
+
+@dataclass
+class Table:
+    marker: str  # "layout", "values", "settings", ...
+    name: str
+    header: list[str]
+    rows: list[list[str]]
+    after: list[str]  # the lines after the table, up to the next blank-separated block
+
+
+def _cells(line: str) -> list[str]:
+    inner = line.strip()
+    if inner.startswith("|"):
+        inner = inner[1:]
+    if inner.endswith("|"):
+        inner = inner[:-1]
+    return [c.strip() for c in inner.split("|")]
+
+
+def marked_tables(path: Path) -> list[Table]:
+    """Every table that follows a ``<!-- marker: name -->`` (or ``<!-- marker -->``) line."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    tables = []
+    for i, line in enumerate(lines):
+        match = re.fullmatch(r"<!--\s*([a-z]+)(?::\s*([\w-]+))?\s*-->", line.strip())
+        if not match:
+            continue
+        j = i + 1
+        while j < len(lines) and not lines[j].strip():
+            j += 1
+        if j >= len(lines) or not lines[j].lstrip().startswith("|"):
+            continue
+        header = _cells(lines[j])
+        rows = []
+        j += 2  # skip the |---| line
+        while j < len(lines) and lines[j].lstrip().startswith("|"):
+            rows.append(_cells(lines[j]))
+            j += 1
+        after = []
+        while j < len(lines) and not lines[j].strip():
+            j += 1
+        while j < len(lines) and lines[j].strip():
+            after.append(lines[j])
+            j += 1
+        tables.append(Table(match.group(1), match.group(2) or "", header, rows, after))
+    return tables
+
+
+def code_span(cell: str) -> str:
+    match = re.search(r"`([^`]+)`", cell)
+    assert match, f"expected a value in backticks in table cell {cell!r}"
+    return match.group(1)
+
+
+def literal(text: str) -> Any:
+    """Evaluate a documented value: a Python literal or simple arithmetic on numbers."""
+    return eval(text, {"__builtins__": {}}, {})
+
+
+def as_int(cell: str) -> int | None:
+    cell = cell.strip()
+    return int(cell) if re.fullmatch(r"\d+", cell) else None
+
+
+# -- struct fields ---------------------------------------------------------------------
+
+
+def struct_fields(s: struct.Struct) -> list[tuple[str, int, str]]:
+    """(format char, size, byte order) of each field of ``s``."""
+    text = s.format
+    order = text[0] if text[0] in "<>=!@" else "@"
+    out = []
+    for count, char in re.findall(r"(\d*)([a-zA-Z?])", text.lstrip("<>=!@")):
+        n = int(count) if count else 1
+        if char in "sp":
+            out.append((char, n, order))
+        else:
+            out += [(char, struct.calcsize("<" + char), order)] * n
+    return out
+
+
+def check_type_cell(layout: str, field: str, type_cell: str, char: str, order: str) -> None:
+    words = type_cell.split()
+    size = struct.calcsize("<" + char) if char not in "sp" else None
+    if char in "sp":
+        assert words[0] == "bytes", f"{layout}.{field}: type {type_cell!r}, code has bytes"
+        return
+    kind = words[0]
+    assert kind in _TYPE_WIDTH, f"{layout}.{field}: unknown type {type_cell!r}"
+    assert _TYPE_WIDTH[kind] == size, f"{layout}.{field}: {type_cell!r} is not {size} bytes"
+    assert (kind[0] == "f") == (char in _FLOAT_CHARS), f"{layout}.{field}: int/float mismatch"
+    if size and size > 1:
+        want = {"<": "LE", ">": "BE", "!": "BE"}.get(order)
+        assert want is not None, f"{layout}: the code uses native byte order"
+        assert want in words, f"{layout}.{field}: documented {type_cell!r}, code is {want}"
+
+
+# -- format.md -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def format_tables() -> list[Table]:
+    return marked_tables(DOCS / "format.md")
+
+
+def test_every_layout_is_documented(format_tables: list[Table]) -> None:
+    names = {t.name for t in format_tables if t.marker == "layout"}
+    assert names == set(LAYOUTS), f"missing {set(LAYOUTS) - names}, unknown {names - set(LAYOUTS)}"
+
+
+def test_every_struct_in_the_code_has_a_layout() -> None:
+    documented = {id(s) for structs, _ in LAYOUTS.values() for s in structs}
+    for module in (fmt, keys, accounting):
+        for name, value in vars(module).items():
+            if isinstance(value, struct.Struct) and id(value) not in documented:
+                assert name in UNDOCUMENTED_STRUCTS, (
+                    f"{module.__name__}.{name} ({value.format}) has no table in docs/format.md"
+                )
+    assert keys.ORDER_PREFIX.format == ">I" and keys.ORDER_KEY.format.startswith(">I")
+    assert keys.U64.format == "<Q"
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_layout_table_matches_structs(name: str, format_tables: list[Table]) -> None:
+    (table,) = [t for t in format_tables if t.marker == "layout" and t.name == name]
+    assert table.header[:4] == ["Offset", "Size", "Field", "Type"], table.header
+    structs, total = LAYOUTS[name]
+    expected = [f for s in structs for f in struct_fields(s)]
+    fixed = [row for row in table.rows if as_int(row[1]) is not None]
+    assert [as_int(r[1]) for r in fixed] == [size for _, size, _ in expected], (
+        f"{name}: documented field sizes differ from {[s.format for s in structs]}"
+    )
+    for row, (char, _, order) in zip(fixed, expected, strict=True):
+        check_type_cell(name, row[2], row[3], char, order)
+    # Offsets: the leading run of numeric offsets must be contiguous from 0.
+    running = 0
+    for row in table.rows:
+        offset, size = as_int(row[0]), as_int(row[1])
+        if offset is None or size is None:
+            break
+        assert offset == running, (
+            f"{name}.{row[2]}: offset {offset}, fields before add to {running}"
+        )
+        running += size
+    # The Size line: the sum of the fixed fields, term by term.
+    size_line = next((line for line in table.after if line.startswith("Size:")), None)
+    assert size_line, f"{name}: no 'Size:' line after the table"
+    match = re.match(r"Size:\s*([\d\s+]+?)(?:\s*=\s*(\d+))?\s+bytes", size_line)
+    assert match, f"{name}: cannot read {size_line!r}"
+    terms = [int(t) for t in match.group(1).split("+")]
+    stated = int(match.group(2)) if match.group(2) else terms[0]
+    assert sum(terms) == stated, f"{name}: {size_line!r} does not add up"
+    if total is not None:
+        assert terms == [size for _, size, _ in expected], f"{name}: {size_line!r}"
+        assert stated == total == sum(s.size for s in structs), f"{name}: {size_line!r}"
+
+
+def _constant(name: str) -> Any:
+    for module in CONSTANT_MODULES:
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise AssertionError(f"docs/format.md names {name}, which no module defines")
+
+
+def test_values_tables_match_constants(format_tables: list[Table]) -> None:
+    seen = 0
+    for table in format_tables:
+        if table.marker != "values":
+            continue
+        for row in table.rows:
+            name, value = code_span(row[0]), literal(code_span(row[1]))
+            assert _constant(name) == value, f"{table.name}: {name} is {_constant(name)!r}"
+            seen += 1
+    assert seen
+
+
+def _documented_constants(format_tables: list[Table]) -> set[str]:
+    return {code_span(r[0]) for t in format_tables if t.marker == "values" for r in t.rows}
+
+
+def test_every_format_constant_is_documented(format_tables: list[Table]) -> None:
+    documented = _documented_constants(format_tables)
+    for name, value in vars(fmt).items():
+        if name.isupper() and isinstance(value, int | bytes) and not isinstance(value, bool):
+            assert name in documented, f"format.{name} = {value!r} is not in docs/format.md"
+    for prefix in ("STATE_", "META_"):
+        for name in dir(keys):
+            if name.startswith(prefix):
+                assert name in documented, f"keys.{name} is not in docs/format.md"
+    assert "INDEX_FORMAT_VERSION" in documented
+
+
+def test_record_types_table_is_complete(format_tables: list[Table]) -> None:
+    (table,) = [t for t in format_tables if t.name == "record-types"]
+    assert {literal(code_span(r[1])) for r in table.rows} == set(fmt.RECORD_TYPES)
+    (kinds,) = [t for t in format_tables if t.name == "file-kinds"]
+    assert {code_span(r[0]) for r in kinds.rows} == {n for n in vars(fmt) if n.startswith("KIND_")}
+
+
+def _dump_bytes(path: Path, name: str) -> bytes:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = lines.index(f"<!-- example: {name} -->")
+    assert lines[start + 1].startswith("```"), f"example {name}: no code block"
+    out = bytearray()
+    for line in lines[start + 2 :]:
+        if line.startswith("```"):
+            break
+        offset, rest = line.split(":", 1)
+        assert int(offset, 16) == len(out), f"example {name}: offset {offset}"
+        hex_part = rest[1:40]  # xxd: 8 groups of 4 hex digits, then the text column
+        out += bytes.fromhex(hex_part.replace(" ", ""))
+    return bytes(out)
+
+
+def _put_get_ack(store: msgcask.Store) -> None:
+    q = store.queue("q")
+    q.put(b"hi", headers={"k": "v"})
+    q.ack(q.get(timeout=1))
+
+
+def _put_many(store: msgcask.Store) -> None:
+    store.queue("q").put_many([b"a", b"b"])
+
+
+EXAMPLES: dict[str, Callable[[msgcask.Store], None]] = {
+    "put-get-ack": _put_get_ack,
+    "put-many": _put_many,
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_worked_example_is_what_the_library_writes(name: str, tmp_path: Path) -> None:
+    with msgcask.open(tmp_path / "store", compaction_interval=None) as store:
+        EXAMPLES[name](store)
+    written = (tmp_path / "store" / filenames.data_file_name(1)).read_bytes()
+    assert _dump_bytes(DOCS / "format.md", name) == written
+
+
+# -- tuning.md -------------------------------------------------------------------------
+
+
+def _options() -> dict[str, inspect.Parameter]:
+    params = inspect.signature(msgcask.Store.__init__).parameters
+    return {
+        n: p
+        for n, p in params.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and not n.startswith("_")
+    }
+
+
+def test_every_option_is_in_the_settings_table_with_its_default() -> None:
+    tables = [t for t in marked_tables(DOCS / "tuning.md") if t.marker == "settings"]
+    assert len(tables) == 1, "docs/tuning.md needs exactly one <!-- settings --> table"
+    (table,) = tables
+    column = table.header.index("Default")
+    rows = {code_span(r[0]): r for r in table.rows}
+    options = _options()
+    assert set(rows) == set(options), (
+        f"undocumented {set(options) - set(rows)}, not options {set(rows) - set(options)}"
+    )
+    for name, param in options.items():
+        documented = literal(code_span(rows[name][column]))
+        assert documented == param.default, f"{name}: docs say {documented!r}"
+        assert type(documented) is type(param.default), f"{name}: {documented!r}"
+
+
+def test_every_option_has_a_section() -> None:
+    text = (DOCS / "tuning.md").read_text(encoding="utf-8")
+    for name in _options():
+        assert re.search(rf"^### `{name}`", text, re.M), f"docs/tuning.md: no section {name}"
+        assert f"Increasing `{name}`" in text, f"docs/tuning.md: no 'Increasing `{name}`'"
+
+
+def test_options_record_has_the_same_defaults() -> None:
+    defaults = {f.name: f.default for f in fields(Options) if f.default is not MISSING}
+    for name, param in _options().items():
+        assert defaults[name] == param.default, f"Options.{name} differs from Store()"
+
+
+# -- design.md -------------------------------------------------------------------------
+
+
+def _crash_points() -> set[str]:
+    names = set()
+    for path in SRC.rglob("*.py"):
+        names |= set(re.findall(r"crash_point\(\"([^\"]+)\"\)", path.read_text(encoding="utf-8")))
+    return names
+
+
+def test_every_crash_point_is_explained() -> None:
+    points = _crash_points()
+    assert len(points) >= 7, points
+    text = (DOCS / "design.md").read_text(encoding="utf-8")
+    for name in sorted(points):
+        assert f"`{name}`" in text, f"docs/design.md does not explain crash point {name}"
+
+
+def test_docs_link_to_existing_pages_and_anchors() -> None:
+    pages = {p.name: p.read_text(encoding="utf-8") for p in DOCS.glob("*.md")}
+    owned = ("index.md", "format.md", "design.md", "tuning.md", "operations.md")
+    for name in owned:
+        assert name in pages, f"docs/{name} is missing"
+
+    def anchors(text: str) -> set[str]:
+        out = set()
+        for heading in re.findall(r"^#+ (.+)$", text, re.M):
+            slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            out.add(slug)
+        return out
+
+    for name, text in pages.items():
+        for target, anchor in re.findall(r"\]\(([\w.-]*\.md|)(?:#([\w-]+))?\)", text):
+            page = target or name
+            if page not in owned and page not in pages:
+                continue  # a page another part of the project provides
+            assert page in pages, f"docs/{name} links to missing {page}"
+            if anchor:
+                assert anchor in anchors(pages[page]), f"docs/{name}: no #{anchor} in {page}"
