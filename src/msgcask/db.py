@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msgcask import validate
+from msgcask.compactor.policy import MARK_COST
 from msgcask.errors import (
     ClosedError,
     Empty,
@@ -817,6 +818,7 @@ class Store:
                 index_bytes=index_bytes,
                 live_bytes=sum(f.live_bytes for f in files),
                 live_messages=sum(self._catalog.counts.values()),
+                needed_bytes=MARK_COST * sum(f.needed_acks for f in files),
                 data_files=len(files),
                 files=files,
                 bytes_written=self._journal.bytes_written + self._compactor.totals.bytes_copied,

@@ -54,6 +54,9 @@ class StoreStats:
     index_bytes: int
     live_bytes: int  # on-disk bytes of the records of live messages
     live_messages: int
+    # ACK/DELIVER records that must be kept (at most 23 bytes each): with
+    # live_bytes, what the store must retain. The space bound is stated on the sum.
+    needed_bytes: int
     data_files: int
     files: list[FileStats]
     bytes_written: int  # appended to data files since open (journal + compaction copies)

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# An ACK or DELIVER record carried forward costs about this many bytes.
-MARK_COST = 24
+from msgcask.store import format as fmt
+
+# An ACK (21 bytes) or DELIVER (23 bytes) record carried forward costs at most this.
+MARK_COST = fmt.RECORD_HEADER_SIZE + fmt.DELIVER_PAYLOAD.size
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,10 @@ class FileView:
     def live_ratio(self) -> float:
         return self.copy_cost / self.size if self.size else 0.0
 
+    @property
+    def dead_bytes(self) -> int:
+        return max(self.size - self.copy_cost, 0)
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -56,6 +62,24 @@ class Plan:
 
     def __bool__(self) -> bool:
         return bool(self.reclaim or self.rewrite)
+
+
+def reclaimable_bytes(files: list[FileView], min_gain: int) -> int:
+    """An upper bound of what passes can free: whole deletable files, the dead
+    bytes of files worth rewriting, and the write head's dead bytes (freed
+    once it is sealed)."""
+    total = 0
+    for f in files:
+        if f.reclaimable:
+            total += f.size
+        elif f.dead_bytes >= min_gain or f.active:
+            total += f.dead_bytes
+    return total
+
+
+def min_gain_for(max_file_size: int) -> int:
+    """The smallest rewrite worth doing: 1/64 of a data file, at least 4 KiB."""
+    return max(4096, max_file_size // 64)
 
 
 def benefit_cost(f: FileView) -> float:
@@ -69,6 +93,7 @@ def plan(
     threshold: float,
     budget: int,
     small_file: int,
+    min_gain: int = 0,
 ) -> Plan:
     """Choose what one pass does.
 
@@ -76,10 +101,12 @@ def plan(
     ``budget``: bytes a pass may copy (the first victim is always allowed).
     ``small_file``: sealed files smaller than this are merged when there are
     two or more of them.
+    ``min_gain``: a file is rewritten only if that frees at least this many
+    bytes (so a nearly full file is not copied to save its header).
     """
     reclaim = sorted(f.file_id for f in files if f.reclaimable)
     sealed = [f for f in files if not f.active and not f.reclaimable]
-    sparse = [f for f in sealed if f.live_ratio < threshold]
+    sparse = [f for f in sealed if f.live_ratio < threshold and f.dead_bytes >= min_gain]
     small = [f for f in sealed if f.size < small_file and f not in sparse]
     if len(small) < 2:
         small = []

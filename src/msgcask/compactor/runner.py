@@ -53,11 +53,13 @@ class Compactor:
     def _plan(self, threshold: float, budget: int) -> policy.Plan:
         with self._store._lock:
             views = self._views()
+        max_file_size = self._store.options.max_file_size
         return policy.plan(
             views,
             threshold=threshold,
             budget=budget,
-            small_file=self._store.options.max_file_size // 8,
+            small_file=max_file_size // 8,
+            min_gain=policy.min_gain_for(max_file_size),
         )
 
     def _reclaim_all(self, threshold: float, budget: int) -> tuple[int, int]:
@@ -147,6 +149,11 @@ class Compactor:
         fit under ``limit`` or nothing more can be freed."""
         store = self._store
         budget = max(store.options.max_file_size // 2, needed)
+        with store._lock:
+            views = self._views()
+        gain = policy.min_gain_for(store.options.max_file_size)
+        if store._data_bytes - policy.reclaimable_bytes(views, gain) + needed > limit:
+            return  # nothing a pass could free would make it fit: do not copy in vain
         for _ in range(3):
             if store._data_bytes + needed <= limit:
                 return
