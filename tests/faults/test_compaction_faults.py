@@ -116,11 +116,16 @@ def test_bit_flip_in_a_victim_keeps_the_victim(store_path: Path) -> None:
 
 
 @pytest.mark.parametrize("index", ["index kept", "index lost"])
-def test_power_cut_after_compaction_keeps_synced_state(store_path: Path, index: str) -> None:
+@pytest.mark.parametrize("sync", ["periodic", "never"])
+def test_power_cut_after_compaction_keeps_synced_state(
+    store_path: Path, index: str, sync: str
+) -> None:
     fs = FaultyFileSystem()
-    store = open_store(store_path, fs, sync="periodic")
+    store = open_store(store_path, fs, sync=sync)
     live = sparse_store(store)
     store.sync()
+    if sync == "never":
+        fs.writeback()  # the OS wrote everything so far; nothing after this
     report = store.compact(threshold=1.0)
     assert report.files_rewritten > 0
     q = store.queue("q")
@@ -135,4 +140,37 @@ def test_power_cut_after_compaction_keeps_synced_state(store_path: Path, index: 
         got = contents(store)
         assert set(live) - {m.id} <= set(got) <= set(live) | unsynced
         assert all(got[i] == live[i] for i in live if i in got)
+        assert store.verify() == []
+
+
+@pytest.mark.parametrize("index", ["index kept", "index lost"])
+def test_power_cut_with_sync_always_between_compactions(store_path: Path, index: str) -> None:
+    # Puts, acks and compaction passes interleave; whatever returned is on disk.
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, sync="always")
+    q = store.queue("q")
+    live: dict[int, bytes] = {}
+    acked: set[int] = set()
+    for round_ in range(5):
+        for i in range(80):
+            b = body(round_ * 1000 + i)
+            live[q.put(b)] = b
+        delivered = [q.get(block=False) for _ in range(60)]
+        for n, m in enumerate(delivered):
+            if n % 4:
+                q.ack(m)
+                acked.add(m.id)
+                del live[m.id]
+            else:
+                q.nack(m)
+        store.compact(threshold=0.7)
+    assert store.stats().compaction.passes == 5
+    assert store.stats().compaction.files_rewritten > 0
+    abandon(store)
+    fs.power_cut()
+    if index == "index lost":
+        shutil.rmtree(store_path / "index")
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert contents(store) == live
+        assert all(store._message_state(i) in ("acked", "unknown") for i in acked)
         assert store.verify() == []

@@ -358,3 +358,29 @@ def test_orphan_compacted_file_unknown_to_a_good_index_is_removed(store_path: Pa
         assert len(store.queue("q")) == 5
         assert store.verify() == []
     assert not (store_path / data_file_name(9)).exists()
+
+
+def test_torn_tail_of_the_journal_head_below_a_newer_compacted_file_is_truncated(
+    store_path: Path,
+) -> None:
+    # After a compaction the newest file is a compacted one; the journal's write head
+    # (an older id) is still the file whose tail a crash can tear.
+    write_data_file(store_path, 3, [put_record(5), put_record(6)])
+    head = store_path / data_file_name(3)
+    good = head.stat().st_size
+    with head.open("ab") as f:
+        f.write(put_record(7)[:20])
+    write_data_file(
+        store_path,
+        4,
+        [codec.encode_manifest([1]), put_record(2)],  # victim 1 is gone: the copy is real
+        kind=fmt.KIND_COMPACTED,
+    )
+    with open_store(store_path) as store:
+        [report] = store.recovery.corruptions
+        assert (report.file_id, report.offset, report.action) == (3, good, "truncated")
+        assert [m for m, _ in browse(store)] == [2, 5, 6]
+        new = store.queue("q").put(b"after")
+        assert new > 6
+        assert store.verify() == []
+    assert head.stat().st_size > good  # the new put went to the journal head
