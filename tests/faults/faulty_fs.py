@@ -175,14 +175,19 @@ class FaultyFileSystem(FileSystem):
             self.unsynced_names.clear()
             self._forget_unlinked()
 
-    def power_cut(self) -> list[str]:
+    def power_cut(self, *, torn: int = 0) -> list[str]:
         """Drop every byte not fsynced and every name not made durable. Call it after the
-        store was abandoned (no process writes any more). Returns what changed."""
+        store was abandoned (no process writes any more). Returns what changed.
+
+        ``torn``: the first ``torn`` unsynced bytes of each file did reach the disk (the
+        OS was part way through writing back), so a cut can fall inside a record.
+        """
         changed = []
         with self.mutex:
-            for path, size in sorted(self.synced.items()):
+            for path, synced in sorted(self.synced.items()):
                 if not os.path.exists(path):
                     continue
+                size = synced + torn
                 if path in self.unsynced_names:
                     os.unlink(path)
                     changed.append(f"removed {os.path.basename(path)}")

@@ -25,6 +25,7 @@ import pytest
 from faulty_fs import FaultyFileSystem, abandon
 
 import msgcask
+from msgcask.store import codec
 
 SMALL_FILE = 64 * 1024
 INDEX = ["index kept", "index lost"]
@@ -237,3 +238,51 @@ def test_power_cut_with_sync_never_leaves_the_newest_file_empty(
         assert live_ids(store) == set()
         assert int(empty.name[:10]) in {c.file_id for c in store.recovery.corruptions}
         store.queue("q").put(b"after")
+
+
+# -- a cut inside a write ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("torn", [1, 20, 21, 200, 1000, 4000, 10**6])
+@pytest.mark.parametrize("index", INDEX)
+def test_power_cut_tearing_a_transaction_keeps_none_of_it(
+    store_path: Path, index: str, torn: int
+) -> None:
+    # Part of the batch reached the disk, maybe whole member records: all or nothing.
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, sync="periodic")
+    q = store.queue("q")
+    before = [q.put(body(i)) for i in range(5)]
+    m = q.get(block=False)
+    store.sync()
+    with store.transaction() as tx:
+        tx_ids = [tx.put("q", body(100 + i)) for i in range(20)]
+        tx.ack(m)
+    [head] = sorted(store_path.glob("*.log"))
+    whole = torn >= head.stat().st_size - fs.synced[str(head)]  # all of the batch got there
+    abandon(store)
+    fs.power_cut(torn=torn)
+    if index == "index lost":
+        shutil.rmtree(store_path / "index")
+    with reopen(store_path) as store:
+        if whole:
+            assert live_ids(store) == (set(before) - {m.id}) | set(tx_ids)
+        else:  # m is back: its ack was part of the batch
+            assert live_ids(store) == set(before)
+
+
+@pytest.mark.parametrize("torn", [1, 13, 100, 250])
+def test_power_cut_tearing_a_put_drops_only_that_put(store_path: Path, torn: int) -> None:
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, sync="periodic")
+    q = store.queue("q")
+    synced = [q.put(body(i)) for i in range(5)]
+    store.sync()
+    q.put(body(99))
+    size = codec.put_record_size(b"q", b"", len(body(99)))  # 237: only torn=250 keeps it
+    abandon(store)
+    fs.power_cut(torn=torn)
+    with reopen(store_path) as store:
+        survivors = sorted(live_ids(store))
+        assert survivors[: len(synced)] == synced
+        assert len(survivors) == len(synced) + (torn >= size)
