@@ -13,6 +13,7 @@ from pathlib import Path
 
 import lmdb
 import pytest
+from xxhash import xxh3_64_intdigest
 
 import msgcask
 from msgcask.index import keys
@@ -384,3 +385,37 @@ def test_torn_tail_of_the_journal_head_below_a_newer_compacted_file_is_truncated
         assert new > 6
         assert store.verify() == []
     assert head.stat().st_size > good  # the new put went to the journal head
+
+
+# -- files that cannot be used -----------------------------------------------------------
+
+
+def test_data_file_from_a_newer_format_refuses_to_open(store_path: Path) -> None:
+    make_store(store_path)
+    head = fmt.FILE_HEADER.pack(fmt.MAGIC, fmt.FORMAT_VERSION + 1, fmt.KIND_JOURNAL, 0, 2, 1)
+    (store_path / data_file_name(2)).write_bytes(
+        head + fmt.FILE_HEADER_CHECKSUM.pack(xxh3_64_intdigest(head))
+    )
+    with pytest.raises(msgcask.FormatVersionError, match="Upgrade"):
+        open_store(store_path)
+    # Refusing changed nothing: the lock is free and the file is still there.
+    assert (store_path / data_file_name(2)).exists()
+    (store_path / data_file_name(2)).unlink()
+    with open_store(store_path) as store:
+        assert len(store.queue("q")) == 5
+
+
+def test_index_from_a_newer_format_refuses_to_open(store_path: Path) -> None:
+    make_store(store_path)
+    set_meta(store_path, {keys.META_FORMAT: keys.U64.pack(99)})
+    with pytest.raises(msgcask.FormatVersionError):
+        open_store(store_path)
+    assert (store_path / "index").is_dir()  # not rebuilt over a newer msgcask's index
+
+
+def test_data_file_copied_under_another_name_refuses_to_open(store_path: Path) -> None:
+    make_store(store_path)
+    shutil.copy(store_path / data_file_name(1), store_path / data_file_name(5))
+    with pytest.raises(msgcask.CorruptionError, match=data_file_name(5)) as err:
+        open_store(store_path)
+    assert err.value.offset == 12  # the file id field of the header
