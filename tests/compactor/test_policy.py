@@ -12,7 +12,15 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msgcask.compactor.policy import MARK_COST, FileView, Plan, benefit_cost, plan
+from msgcask.compactor.policy import (
+    MARK_COST,
+    FileView,
+    Plan,
+    benefit_cost,
+    min_gain_for,
+    plan,
+    reclaimable_bytes,
+)
 
 KIB = 1024
 SIZE = 64 * KIB
@@ -41,8 +49,9 @@ def run(
     threshold: float = 0.5,
     budget: int = BIG_BUDGET,
     small_file: int = SMALL,
+    min_gain: int = 0,
 ) -> Plan:
-    return plan(files, threshold=threshold, budget=budget, small_file=small_file)
+    return plan(files, threshold=threshold, budget=budget, small_file=small_file, min_gain=min_gain)
 
 
 # -- deletion ------------------------------------------------------------------------------
@@ -124,6 +133,40 @@ def test_needed_acks_count_as_live_bytes_for_the_threshold() -> None:
     assert 0.2 < ratio < 0.5
     assert run([view(1, marks=marks)], threshold=0.2).rewrite == []
     assert run([view(1, marks=marks)], threshold=0.5).rewrite == [1]
+
+
+# -- minimum gain ----------------------------------------------------------------------------
+
+
+def test_nearly_full_file_is_not_copied_to_save_its_header() -> None:
+    # At threshold 1.0 (space pressure) every file is "below the threshold" by its
+    # header bytes; copying it frees nothing and costs a whole file.
+    gain = min_gain_for(SIZE)
+    f = view(1, live=SIZE - 32, messages=60)
+    assert run([f], threshold=1.0, min_gain=gain).rewrite == []
+
+
+def test_file_freeing_at_least_the_minimum_gain_is_rewritten() -> None:
+    gain = min_gain_for(SIZE)
+    f = view(1, live=SIZE - gain, messages=50)
+    assert run([f], threshold=1.0, min_gain=gain).rewrite == [1]
+    g = view(2, live=SIZE - gain + 1, messages=50)
+    assert run([g], threshold=1.0, min_gain=gain).rewrite == []
+
+
+def test_minimum_gain_is_a_64th_of_a_file_and_at_least_4_kib() -> None:
+    assert min_gain_for(64 * KIB) == 4096
+    assert min_gain_for(32 * 2**20) == 32 * 2**20 // 64
+
+
+def test_reclaimable_bytes_counts_whole_files_worthwhile_dead_bytes_and_the_head() -> None:
+    files = [
+        view(1),  # deletable whole
+        view(2, live=SIZE - 10_000),  # 10,000 dead bytes, worth a rewrite
+        view(3, live=SIZE - 100),  # 100 dead bytes: not worth it
+        view(4, live=1000, size=20_000, active=True),  # head: freed once sealed
+    ]
+    assert reclaimable_bytes(files, min_gain=4096) == SIZE + 10_000 + 19_000
 
 
 # -- order: benefit / cost -----------------------------------------------------------------
@@ -285,11 +328,12 @@ def file_sets(draw: st.DrawFn) -> list[FileView]:
     threshold=st.floats(0.0, 1.0),
     budget=st.integers(0, 8 * SIZE),
     small_file=st.integers(0, SIZE),
+    min_gain=st.sampled_from([0, 1, 4096, SIZE // 4]),
 )
 def test_plan_invariants_hold_for_any_file_set(
-    files: list[FileView], threshold: float, budget: int, small_file: int
+    files: list[FileView], threshold: float, budget: int, small_file: int, min_gain: int
 ) -> None:
-    p = plan(files, threshold=threshold, budget=budget, small_file=small_file)
+    p = plan(files, threshold=threshold, budget=budget, small_file=small_file, min_gain=min_gain)
     by_id = {f.file_id: f for f in files}
 
     # Never the write head; never a file twice; never deleted and copied at once.
@@ -300,18 +344,19 @@ def test_plan_invariants_hold_for_any_file_set(
     # Deletion only of files holding nothing needed, and all of those.
     assert set(p.reclaim) == {f.file_id for f in files if f.reclaimable}
 
-    # A rewrite victim is sealed, holds something, and is sparse or small.
+    # A rewrite victim is sealed, holds something, and is sparse (freeing at least
+    # min_gain) or small.
     for i in p.rewrite:
         f = by_id[i]
         assert not f.reclaimable
-        assert f.live_ratio < threshold or f.size < small_file
+        assert (f.live_ratio < threshold and f.dead_bytes >= min_gain) or f.size < small_file
 
     # The budget: only a lone victim may exceed it.
     spent = sum(by_id[i].copy_cost for i in p.rewrite)
     assert spent <= budget or len(p.rewrite) == 1
 
     sealed = [f for f in files if not f.active and not f.reclaimable]
-    sparse = [f for f in sealed if f.live_ratio < threshold]
+    sparse = [f for f in sealed if f.live_ratio < threshold and f.dead_bytes >= min_gain]
     # Progress: if any file is sparse, the best one is in the pass.
     if sparse:
         best = max(benefit_cost(f) for f in sparse)
