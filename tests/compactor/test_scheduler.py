@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgcask
+from msgcask.store import format as fmt
+from msgcask.store.fs import DataFile, FileSystem
 
 MFS = 64 * 1024
 INTERVAL = 0.2
@@ -116,6 +118,42 @@ def test_close_stops_the_job_and_leaves_no_thread(tmp_path: Path) -> None:
     assert _scheduler_threads() == []
     # And the store, reopened, is intact: close did not cut a pass in half.
     with _open(tmp_path / "store", interval=None) as again:
+        assert len(again.queue("s")) == 24
+        assert again.verify() == []
+
+
+class SlowOutputFS(FileSystem):
+    """Compacted output files announce their first copy and then take their time."""
+
+    def __init__(self) -> None:
+        self.copying = threading.Event()
+
+    def _wrap(self, path: str, fd: int, size: int) -> DataFile:
+        fs = self
+
+        class SlowOutput(DataFile):
+            def append(self, data: bytes) -> int:
+                if self.size == 0 and data[:8] == fmt.MAGIC and data[10] == fmt.KIND_COMPACTED:
+                    fs.copying.set()
+                    time.sleep(0.5)  # close() arrives while the pass is here
+                return super().append(data)
+
+        return SlowOutput(path, fd, size)
+
+
+def test_close_during_a_background_pass_waits_for_it(tmp_path: Path) -> None:
+    fs = SlowOutputFS()
+    before = {t.ident for t in threading.enumerate()}
+    store = msgcask.Store(
+        tmp_path / "store", max_file_size=MFS, compaction_interval=INTERVAL, _fs=fs
+    )
+    _make_sparse_files(store)
+    assert fs.copying.wait(WAIT), "no background pass started"
+    store.close()  # must wait for the pass, not pull the index from under it
+    left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    assert left == [], f"threads still running after close(): {left}"
+    with _open(tmp_path / "store", interval=None) as again:
+        assert again.recovery.mode == "clean"
         assert len(again.queue("s")) == 24
         assert again.verify() == []
 
