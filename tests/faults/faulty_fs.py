@@ -200,7 +200,8 @@ class FaultyFileSystem(FileSystem):
                 self.synced[path] = os.path.getsize(path)
                 changed.append(f"restored {os.path.basename(path)}")
             self.unsynced_unlinks.clear()
-            self.synced = {p: s for p, s in self.synced.items() if os.path.exists(p)}
+            # What is on disk after the cut is, by definition, durable.
+            self.synced = {p: os.path.getsize(p) for p in self.synced if os.path.exists(p)}
         return changed
 
 
