@@ -95,6 +95,10 @@ def test_drain_history_compares_fresh_and_after(run_tiny: Run) -> None:
     fresh, after = phases["fresh"], phases["after_history"]
     assert phases["put_throughput_ratio"] == pytest.approx(after["put_per_s"] / fresh["put_per_s"])
     assert fresh["put"]["count"] > 0 and after["put"]["count"] > 0
+    # With compaction, a drained store goes back to about one data file (the write head
+    # plus at most a file being rewritten).
+    for drain in phases["drains"]:
+        assert drain["data_files_settled"] <= 3, drain
 
 
 def test_deep_queue_reports_latency_per_tenth_of_depth(run_tiny: Run) -> None:
@@ -134,3 +138,11 @@ def test_crash_reopen_is_measured_after_sigkill(run_tiny: Run) -> None:
         assert crash["killed_by"] == "SIGKILL"
         assert crash["seconds"] > 0
         assert run["reopen"]["clean_seconds"] > 0
+
+
+def test_time_limit_stops_a_run_and_marks_it_incomplete(run_tiny: Run) -> None:
+    doc, _ = run_tiny("steady", peers=[], messages=10_000_000, time_limit=0.5)
+    run = _only_msgcask(doc)
+    assert run["status"] == "incomplete"
+    assert any("time limit" in n for n in run["notes"])
+    assert 0 < run["counts"]["put"] < 10_000_000

@@ -16,6 +16,7 @@ TINY: dict[str, Any] = {
     "window": 50,
     "rounds": 12,
     "interval": 0.05,
+    "compaction_interval": 0.2,
     "crash_messages": 300,
     "progress": False,
     "reopen": False,

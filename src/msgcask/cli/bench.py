@@ -165,6 +165,12 @@ SIZE = SizeType()
     show_default=True,
     help="Messages the kill -9 child puts before it is killed.",
 )
+@click.option(
+    "--time-limit",
+    type=float,
+    default=None,
+    help="Seconds per subject; a run still going then stops and is marked incomplete.",
+)
 @click.option("--no-reopen", is_flag=True, help="Skip the reopen and kill -9 measurements.")
 @click.option(
     "--out",
@@ -207,6 +213,7 @@ def bench(
     seed: int,
     interval: float,
     crash_messages: int,
+    time_limit: float | None,
     no_reopen: bool,
     out_dir: str,
     workdir: str | None,
@@ -246,6 +253,7 @@ def bench(
             interval=interval,
             crash_messages=crash_messages,
             reopen=not no_reopen,
+            time_limit=time_limit,
             progress=not no_progress,
         )
     except ValueError as e:

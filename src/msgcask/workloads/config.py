@@ -53,6 +53,7 @@ class RunConfig:
     seed: int = 0
     interval: float = 0.5  # sampler period and latency window, seconds
     crash_messages: int = 20_000
+    time_limit: float | None = None  # seconds per subject; then the run stops, "incomplete"
     reopen: bool = True
     progress: bool = True
 
@@ -85,6 +86,8 @@ class RunConfig:
             raise ValueError("threshold must be in (0, 1]")
         if self.interval <= 0:
             raise ValueError("interval must be positive")
+        if self.time_limit is not None and self.time_limit <= 0:
+            raise ValueError("time_limit must be positive (seconds) or None")
 
     @property
     def pin_period(self) -> int:

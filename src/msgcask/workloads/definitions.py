@@ -132,11 +132,10 @@ def produce(
 ) -> None:
     """Put ``indices`` in batches of ``cfg.batch``; time each call."""
     subject, payloads, batch = ctx.subject, ctx.payloads, ctx.cfg.batch
-    idx = list(indices)
-    for k in range(0, len(idx), batch):
+    for k in range(0, len(indices), batch):
         if ctx.stop.is_set():
             raise StopRun
-        chunk = idx[k : k + batch]
+        chunk = indices[k : k + batch]  # a range: no list of every index up front
         bodies = [payloads.body(i) for i in chunk]
         start = time.perf_counter()
         if batch == 1:

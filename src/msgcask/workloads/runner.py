@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -80,11 +81,14 @@ def run_one(cfg: RunConfig, name: str, compaction: bool, base: str) -> dict[str,
     wchar0 = written_bytes()
     sampler = Sampler(subject, ctx.t0, cfg.interval, ctx.totals, on_sample)
     sampler.start()
+    timer = _time_limit(ctx, cfg.time_limit)
     try:
         WORKLOADS[cfg.workload](ctx)
     except Exception as e:  # noqa: BLE001 - the run records its failure and the others go on
         ctx.fail("workload", e)
     duration = time.perf_counter() - ctx.t0
+    if timer is not None:
+        timer.cancel()
     sampler.stop()
     if bar is not None:
         bar.close()
@@ -149,6 +153,21 @@ def run_one(cfg: RunConfig, name: str, compaction: bool, base: str) -> dict[str,
         "reopen": reopen,
         "phases": ctx.phases,
     }
+
+
+def _time_limit(ctx: Context, limit: float | None) -> threading.Timer | None:
+    """Stop the run's workers after ``limit`` seconds; the run is then "incomplete"."""
+    if limit is None:
+        return None
+
+    def expire() -> None:
+        ctx.notes.append(f"stopped at the time limit of {limit:g} s")
+        ctx.stop.set()
+
+    timer = threading.Timer(limit, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def _progress(cfg: RunConfig, label: str) -> Any:
