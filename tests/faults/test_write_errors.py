@@ -229,3 +229,60 @@ def test_short_write_of_a_batch_leaves_none_of_it_after_reopen(
     with msgcask.open(store_path, compaction_interval=None) as reopened:
         assert [m.id for m in reopened.queue("q").browse()] == ids
         assert reopened.verify() == []
+
+
+def test_purge_that_hits_enospc_changes_nothing(store_path: Path, fs: FaultyFileSystem) -> None:
+    store = open_store(store_path, fs)
+    q = store.queue("q")
+    for i in range(5):
+        q.put(b"m%d" % i)
+    before = observable(store)
+    fs.no_space = True
+    with pytest.raises(msgcask.Error):
+        q.purge()
+    assert observable(store) == before
+    fs.no_space = False
+    assert q.purge() == 5
+    assert store.verify() == []
+    store.close()
+
+
+def test_delete_queue_that_hits_enospc_changes_nothing(
+    store_path: Path, fs: FaultyFileSystem
+) -> None:
+    store = open_store(store_path, fs)
+    store.queue("gone").put(b"x")
+    store.queue("kept").put(b"y")
+    before = observable(store)
+    fs.no_space = True
+    with pytest.raises(msgcask.Error):
+        store.delete_queue("gone")
+    assert observable(store) == before
+    fs.no_space = False
+    store.delete_queue("gone")
+    assert store.queues() == ["kept"]
+    assert store.verify() == []
+    store.close()
+
+
+def test_dead_lettering_that_hits_enospc_leaves_the_message_delivered(
+    store_path: Path, fs: FaultyFileSystem
+) -> None:
+    store = open_store(store_path, fs)
+    q = store.queue("q", max_deliveries=1)
+    msg_id = q.put(b"poison")
+    m = q.get(block=False)
+    before = observable(store)["messages"]["q"]
+    fs.no_space = True
+    with pytest.raises(msgcask.Error):
+        q.nack(m)  # moves it to DLQ.q: a batch of PUT + ACK
+    assert observable(store)["messages"]["q"] == before
+    assert len(store.queue("DLQ.q")) == 0
+    assert store._message_state(msg_id) == "delivered"
+    fs.no_space = False
+    q.nack(m)
+    [dead] = list(store.queue("DLQ.q").browse())
+    assert (bytes(dead.body), dead.headers["x-original-id"]) == (b"poison", str(msg_id))
+    assert len(q) == 0
+    assert store.verify() == []
+    store.close()
