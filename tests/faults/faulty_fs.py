@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections.abc import Callable
 
 import msgcask
 from msgcask.store.fs import DataFile, FileSystem
@@ -56,6 +57,8 @@ class FaultyDataFile(DataFile):
         return bytes(buf)
 
     def fsync(self) -> None:
+        if self.fs.before_fsync is not None:
+            self.fs.before_fsync()
         if self.fs.fail_fsync:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         size = self.size  # what the fsync covers: everything written before it started
@@ -89,6 +92,7 @@ class FaultyFileSystem(FileSystem):
         self.short_write: int | None = None
         self.fail_truncate = False
         self.fail_fsync = False
+        self.before_fsync: Callable[[], None] | None = None  # a hook to stall fsyncs
         self.bad_bytes: dict[str, set[int]] = {}
         self.synced: dict[str, int] = {}  # path -> bytes durable at its last fsync
         self.unsynced_names: set[str] = set()  # created or renamed since their dir's fsync

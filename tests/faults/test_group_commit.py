@@ -1,0 +1,52 @@
+"""Group commit through the seam: with sync="always", threads that put at the same time
+share fsyncs, and each put returns only once its own record is durable."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from faulty_fs import FaultyFileSystem, abandon
+
+import msgcask
+
+WRITERS = 12
+
+
+def test_concurrent_puts_with_sync_always_share_fsyncs(store_path: Path) -> None:
+    fs = FaultyFileSystem()
+    store = msgcask.Store(
+        store_path, _fs=fs, sync="always", sync_interval=3600, compaction_interval=None
+    )
+    q = store.queue("q")
+    everyone_wrote = threading.Event()
+    start = fs.appends
+    # Stall every fsync until all writers have appended: the first fsync may have
+    # started before some appends, the second covers them all.
+    fs.before_fsync = lambda: everyone_wrote.wait(30)
+    fsyncs_before = fs.fsyncs
+    returned: dict[int, int] = {}
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            returned[n] = q.put(b"writer %d" % n)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(WRITERS)]
+    for t in threads:
+        t.start()
+    while fs.appends - start < WRITERS and not errors:
+        threading.Event().wait(0.001)
+    everyone_wrote.set()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    assert 1 <= fs.fsyncs - fsyncs_before <= 2 < WRITERS
+    # Every put that returned is durable: a power cut right now loses none of them.
+    fs.before_fsync = None
+    abandon(store)
+    fs.power_cut()
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert {m.id for m in store.queue("q").browse()} == set(returned.values())
