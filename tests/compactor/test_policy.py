@@ -9,9 +9,13 @@ random file sets with hypothesis.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import msgcask
 from msgcask.compactor.policy import (
     MARK_COST,
     FileView,
@@ -377,3 +381,26 @@ def test_plan_invariants_hold_for_any_file_set(
     # Merging: small files are only moved together with something else.
     if p.rewrite and not chosen_sparse:
         assert len(p.rewrite) >= 2
+
+
+# -- the threshold as compact() takes it -----------------------------------------------------
+
+
+def test_compact_rejects_a_bad_threshold_and_changes_nothing(tmp_path: Path) -> None:
+    with msgcask.open(tmp_path / "s", max_file_size=SIZE, compaction_interval=None) as store:
+        q = store.queue("q")
+        for _ in range(120):
+            q.put(b"x" * 1000)
+        for i, m in enumerate([q.get(block=False) for _ in range(120)]):
+            if i % 10:
+                q.ack(m)  # every 10th stays delivered: sparse files, not empty ones
+        before = [(f.file_id, f.size) for f in store.stats().files]
+        for bad in (-0.1, 1.5, float("nan")):
+            with pytest.raises(ValueError):
+                store.compact(threshold=bad)
+        for wrong in ("0.5", True):
+            with pytest.raises(TypeError):
+                store.compact(threshold=wrong)  # type: ignore[arg-type]
+        assert [(f.file_id, f.size) for f in store.stats().files] == before
+        assert store.stats().compaction.passes == 0
+        assert store.compact(threshold=0.5).files_rewritten > 0
