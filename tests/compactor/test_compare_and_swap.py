@@ -307,3 +307,71 @@ def test_acks_racing_real_compactions_are_never_undone(
         with s:
             assert set(_live_ids(s)) == keep, s.recovery.mode
             assert s.verify() == []
+
+
+def test_purge_during_the_copy_leaves_every_copy_dead(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    fs = HookedFS()
+    store = _open(path, fs)
+    kept = _fill_sparse_files(store)
+    q = store.queue("q")
+    purged: list[int] = []
+    fs.hook = lambda: purged.append(q.purge())
+    store.compact()
+    assert fs.fired == 1
+    assert purged == [len(kept)]
+    assert _live_ids(store) == {}
+    assert store.verify() == []
+    store.close()
+    for s in _reopen_both_ways(path, tmp_path):
+        with s:
+            assert _live_ids(s) == {}, f"{s.recovery.mode}: purged messages are back"
+            assert s.verify() == []
+
+
+def test_queue_deleted_during_the_copy_stays_deleted(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    fs = HookedFS()
+    store = _open(path, fs)
+    kept = _fill_sparse_files(store)
+    other = store.queue("other")
+    survivor = other.put(b"stays")
+    fs.hook = lambda: store.delete_queue("q")
+    store.compact()
+    assert fs.fired == 1
+    assert "q" not in store.queues()
+    assert all(store._message_state(i) != "live" for i in kept)
+    assert set(_live_ids(store)) == {survivor}
+    assert store.verify() == []
+    store.close()
+    for s in _reopen_both_ways(path, tmp_path):
+        with s:
+            assert set(_live_ids(s)) == {survivor}, s.recovery.mode
+            assert "q" not in s.queues()
+            assert s.verify() == []
+
+
+def test_transaction_acking_and_putting_during_the_copy_is_all_kept(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    fs = HookedFS()
+    store = _open(path, fs)
+    kept = _fill_sparse_files(store)
+    m = _deliver(store, "q", kept[3])
+    new_ids: list[int] = []
+
+    def transact() -> None:
+        with store.transaction() as tx:
+            new_ids.append(tx.put("q", b"made during the copy"))
+            tx.ack(m)
+
+    fs.hook = transact
+    store.compact()
+    assert fs.fired == 1
+    expected = (set(kept) - {kept[3]}) | set(new_ids)
+    assert set(_live_ids(store)) == expected
+    assert store.verify() == []
+    store.close()
+    for s in _reopen_both_ways(path, tmp_path):
+        with s:
+            assert set(_live_ids(s)) == expected, s.recovery.mode
+            assert s.verify() == []
