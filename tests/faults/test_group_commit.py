@@ -23,7 +23,11 @@ def test_concurrent_puts_with_sync_always_share_fsyncs(store_path: Path) -> None
     start = fs.appends
     # Stall every fsync until all writers have appended: the first fsync may have
     # started before some appends, the second covers them all.
-    fs.before_fsync = lambda: everyone_wrote.wait(30)
+
+    def stall() -> None:
+        assert everyone_wrote.wait(30), "a writer never appended"
+
+    fs.before_fsync = stall
     fsyncs_before = fs.fsyncs
     returned: dict[int, int] = {}
     errors: list[BaseException] = []
