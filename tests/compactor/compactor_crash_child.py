@@ -8,7 +8,10 @@ journal happens on every roll-over) and armed just before PHASE:
 * ``put``: keep putting (each put rolls the journal over sooner or later);
 * ``drain``: ack every message left, then ``store.compact()``: files die whole, so the
   point is reached on the plain deletion path (by the pass or by the background flush
-  that deletes emptied files).
+  that deletes emptied files);
+* ``pressure``: reopen with ``max_store_size`` just above what the store holds and run
+  priority-pin rounds: the compactions that reach the point are the ones a put starts
+  to make room.
 
 Every fact the parent may rely on is printed, as one JSON object per line, only after the
 call that made it true returned:
@@ -17,7 +20,9 @@ call that made it true returned:
   read back with browse(), and every id acked;
 * ``{"armed": point}``: the crash point is armed;
 * ``{"put": id, "seq": n}``: a put in the ``put`` phase returned;
-* ``{"acking": id}`` / ``{"acked": id}``: an ack in the ``drain`` phase started / returned;
+* ``{"acking": id}`` / ``{"acked": id}``: an ack started / returned;
+* ``{"putting": seq}``: a put of message ``seq`` started (the put line follows if it
+  returned);
 * ``{"survived": ...}``: the phase ended without reaching the point (a test failure).
 """
 
@@ -93,6 +98,12 @@ def ack(q: msgcask.Queue, m: msgcask.Message) -> None:
     emit({"acked": m.id})
 
 
+def store_bytes(path: str) -> int:
+    return sum(
+        os.path.getsize(os.path.join(path, n)) for n in os.listdir(path) if n.endswith(".log")
+    )
+
+
 def main() -> None:
     path, rounds, phase = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     point = os.environ.get("MSGCASK_CRASH_AT", "")
@@ -126,6 +137,27 @@ def main() -> None:
                 ack(q, m)
         report = store.compact()
         emit({"survived": repr(report)})
+    elif phase == "pressure":
+        fs.set_crash_point("")
+        store.close()
+        limit = max(8 * MAX_FILE_SIZE, store_bytes(path) + 2 * MAX_FILE_SIZE)
+        store = msgcask.open(
+            path, max_file_size=MAX_FILE_SIZE, compaction_interval=None, max_store_size=limit
+        )
+        fs.set_crash_point(point)
+        q = store.queue("work")
+        seq = 2_000_000
+        for _ in range(4 * limit // MAX_FILE_SIZE):
+            for priority in [0] + [9] * 60:
+                emit({"putting": seq})
+                msg_id = q.put(body_for(seq), headers={"seq": str(seq)}, priority=priority)
+                emit({"put": msg_id, "seq": seq})
+                seq += 1
+            for _ in range(60):
+                m = q.get(block=False)
+                if m.priority == 9:
+                    ack(q, m)
+        emit({"survived": "pressure phase"})
     else:
         raise SystemExit(f"unknown phase {phase!r}")
     store.close()
