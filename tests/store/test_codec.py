@@ -427,3 +427,48 @@ class TestFileHeader:
             codec.decode_file_header(raw, "f")
         assert err.value.length == size
         assert isinstance(err.value, Error)
+
+
+# A journal of standalone records and batches, as (is_batch, [records]) groups.
+GROUPS = st.lists(
+    st.tuples(st.booleans(), st.lists(st.binary(max_size=40), min_size=1, max_size=4)),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=200)
+@given(groups=GROUPS, data=st.data())
+def test_a_cut_anywhere_keeps_exactly_the_complete_groups_before_it(
+    groups: list[tuple[bool, list[bytes]]], data: st.DataObject
+) -> None:
+    # All or nothing at any torn-write position: a batch counts only if all of it is
+    # there, a standalone record only if it is whole.
+    chunks: list[bytes] = []
+    expected_ends: list[tuple[int, list[int]]] = []  # (end of group, member offsets)
+    pos, msg_id = 0, 0
+    for is_batch, bodies in groups:
+        recs = []
+        for b in bodies:
+            msg_id += 1
+            recs.append(put(msg_id, b))
+        if is_batch:
+            head = codec.encode_batch_header(len(recs), sum(map(len, recs)))
+            chunks.append(head + b"".join(recs))
+            first = pos + len(head)
+        else:
+            chunks.append(b"".join(recs))
+            first = pos
+        starts = [first + o for o in offsets(recs)]
+        pos += len(chunks[-1])
+        if is_batch:
+            expected_ends.append((pos, starts))
+        else:  # standalone records count one by one
+            ends = [s + len(r) for s, r in zip(starts, recs, strict=True)]
+            expected_ends += [(e, [s]) for s, e in zip(starts, ends, strict=True)]
+    buf = b"".join(chunks)
+    cut = data.draw(st.integers(0, len(buf)))
+    items = list(codec.scan(buf[:cut], 0))
+    expected = [s for end, starts in expected_ends if end <= cut for s in starts]
+    assert [r.offset for r in records_of(items)] == expected
+    assert all(d.at_tail for d in damages_of(items))
