@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from msgcask.index import keys
 from msgcask.index.accounting import Accounting, FileAccount
@@ -412,3 +413,76 @@ class TestQueues:
         start = keys.order_key(qa, 5, 5)
         assert [keys.order_key_id(k) for k in cat.queue_order(qa, start)] == [5, 1, 4]
         assert [keys.order_key_id(k) for k in cat.queue_order(qb)] == [2]
+
+
+# -- random transitions ------------------------------------------------------------------
+
+IDS = st.integers(1, 8)
+FILE_IDS = st.sampled_from(FILES)
+
+
+class CatalogMachine(RuleBasedStateMachine):
+    """Any sequence of transitions, foreground and compaction alike, keeps every file's
+    counters equal to what the index entries add up to, and never negative."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = tempfile.mkdtemp()
+        self.cat = new_catalog(Path(self.tmp) / "index")
+        self.qid = self.cat.queue_id("q")
+        self.deliveries: dict[int, int] = {}
+
+    @rule(msg_id=IDS, file_id=FILE_IDS, size=st.integers(1, 500))
+    def add(self, msg_id: int, file_id: int, size: int) -> None:
+        self.cat.add(msg_id, self.qid, msg_id % 10, file_id, 32, size, 0, fresh=False)
+
+    @rule(msg_id=IDS, file_id=FILE_IDS)
+    def deliver(self, msg_id: int, file_id: int) -> None:
+        count = self.deliveries.get(msg_id, 0) + 1
+        if self.cat.deliver(msg_id, count, file_id) is not None:
+            self.deliveries[msg_id] = count
+
+    @rule(msg_id=IDS, file_id=FILE_IDS)
+    def ack(self, msg_id: int, file_id: int) -> None:
+        self.cat.ack(msg_id, file_id)
+
+    @rule(msg_id=IDS)
+    def quarantine(self, msg_id: int) -> None:
+        entry = self.cat.lookup(msg_id)
+        if isinstance(entry, Live) and entry.state == STATE_LIVE:
+            self.cat.quarantine(msg_id, entry)
+
+    @rule(msg_id=IDS, victim=FILE_IDS, to=FILE_IDS, stale=st.booleans())
+    def relocate(self, msg_id: int, victim: int, to: int, stale: bool) -> None:
+        count = max(0, self.deliveries.get(msg_id, 0) - stale)
+        self.cat.relocate(msg_id, victim, to, 64, 77, count)
+
+    @rule(msg_id=IDS, victim=FILE_IDS, to=FILE_IDS)
+    def carry_ack(self, msg_id: int, victim: int, to: int) -> None:
+        self.cat.carry_ack(msg_id, victim, to)
+
+    @rule(msg_id=IDS, victim=FILE_IDS, to=FILE_IDS)
+    def carry_deliver(self, msg_id: int, victim: int, to: int) -> None:
+        self.cat.carry_deliver(msg_id, self.deliveries.get(msg_id, 0), victim, to)
+
+    @rule(file_id=FILE_IDS)
+    def release_dead_puts(self, file_id: int) -> None:
+        self.cat.release_dead_puts(file_id, list(range(1, 9)))
+
+    @invariant()
+    def counters_are_exact(self) -> None:
+        got = counters(self.cat)
+        assert got == derived(self.cat)
+        assert all(v >= 0 for c in got.values() for v in c)
+        live = sum(1 for k, v in self.cat.env.items(self.cat.env.msgs) if v[0] == STATE_LIVE)
+        assert self.cat.counts.get(self.qid, 0) == live == len(order(self.cat))
+
+    def teardown(self) -> None:
+        self.cat.env.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+TestCatalogTransitions = CatalogMachine.TestCase
+TestCatalogTransitions.settings = settings(
+    max_examples=60, stateful_step_count=40, deadline=None, derandomize=True, database=None
+)
