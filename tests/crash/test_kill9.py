@@ -252,7 +252,7 @@ def test_kill9_loses_no_returned_put_and_undoes_no_returned_ack(
     data_files: Callable[[Path], list[Path]],
 ) -> None:
     lines, _ = crash_loop(
-        store_path, sync, scaled(4), "mixed", 65536, verify, unexpected_entries, data_files
+        store_path, sync, scaled(6), "mixed", 65536, verify, unexpected_entries, data_files
     )
     # The writer really worked before being killed (otherwise nothing was tested).
     assert lines > 10
