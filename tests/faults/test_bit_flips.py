@@ -107,3 +107,20 @@ def test_bit_flip_while_rebuilding_is_reported_and_the_rest_recovered(
     shutil.rmtree(store_path / "index")
     with open_store(store_path, fs) as store:
         assert [m.id for m in store.queue("q").browse()] == ids
+
+
+def test_bit_flip_in_a_file_header_refuses_open_and_changes_nothing(
+    store_path: Path, fs: FaultyFileSystem
+) -> None:
+    with open_store(store_path, fs) as store:
+        ids = [store.queue("q").put(b"m%d" % i) for i in range(3)]
+    [path] = sorted(store_path.glob("*.log"))
+    raw = path.read_bytes()
+    fs.bad_bytes[str(path)] = {16}  # inside the id floor field
+    with pytest.raises(msgcask.CorruptionError, match=path.name) as err:
+        open_store(store_path, fs)
+    assert err.value.offset == 0
+    assert path.read_bytes() == raw  # nothing truncated or rewritten
+    fs.bad_bytes.clear()
+    with open_store(store_path, fs) as store:
+        assert [m.id for m in store.queue("q").browse()] == ids
