@@ -185,8 +185,10 @@ def check_after_crash(
             assert gone == want_gone, f"in-flight transaction half applied: {pending}"
 
 
-def drain_and_check_redelivery(store: msgcask.Store, report: Report) -> None:
+def drain_and_check_redelivery(store: msgcask.Store, report: Report) -> int:
+    """Get and ack everything; return the highest id seen (0 if none)."""
     phantom = 0
+    highest = 0
     for name in QUEUES:
         q = store.queue(name)
         while True:
@@ -199,9 +201,11 @@ def drain_and_check_redelivery(store: msgcask.Store, report: Report) -> None:
                 assert m.redelivered and m.deliveries >= 2, f"{m.id} lost its delivery count"
             elif m.redelivered:
                 phantom += 1
+            highest = max(highest, m.id)
             q.ack(m)
     # Only the one operation in flight can have delivered a message unreported.
     assert phantom <= 1, f"{phantom} never-delivered messages came back as redelivered"
+    return highest
 
 
 def crash_loop(
@@ -218,6 +222,7 @@ def crash_loop(
     rng = random.Random(f"{sync}-{workload}-{iterations}")
     total_lines = 0
     in_compaction = 0
+    highest = 0  # every id any earlier iteration saw
     for i in range(iterations):
         seed = rng.randrange(10**6) * 1000 + i
         # In the compaction workload every other kill is aimed at a running compact().
@@ -227,13 +232,18 @@ def crash_loop(
         report = parse(text)
         total_lines += report.lines
         in_compaction += report.pending == "c"
+        if report.put:
+            # Ids are never reused, not even after a crash and a fully drained store.
+            first = min(report.put.values())
+            assert first > highest, f"kill #{i}: new id {first} not above earlier id {highest}"
+        highest = max([highest, *report.put.values(), *report.delivered])
         try:
             store = msgcask.open(path, max_file_size=max_file_size, compaction_interval=None)
         except Exception as e:  # the message must say which iteration broke
             raise AssertionError(f"reopen after kill #{i} (seed {seed}) failed: {e!r}") from e
         try:
             check_after_crash(store, path, report, unexpected_entries, data_files)
-            drain_and_check_redelivery(store, report)
+            highest = max(highest, drain_and_check_redelivery(store, report))
             verify(store)
         finally:
             store.close()

@@ -116,7 +116,7 @@ class TestTornTail:
 
 class TestBitFlip:
     def _damage_middle_file(
-        self, store_path: Path, data_files: DataFiles
+        self, store_path: Path, data_files: DataFiles, where: str = "body"
     ) -> tuple[dict[int, bytes], int, Path, int]:
         expected = put_bodies(store_path, 60, SMALL_FILE, size=4000)
         files = data_files(store_path)
@@ -126,14 +126,21 @@ class TestBitFlip:
         in_target = [(mid, r) for mid, r in hits if r is not None]
         assert len(in_target) >= 2, "test setup: the middle file holds several messages"
         damaged_id, rec = in_target[len(in_target) // 2]
-        at = rec.payload.find(expected[damaged_id]) + len(expected[damaged_id]) // 2
-        flip_byte(target, rec.start + 13 + at)
+        if where == "body":
+            at = rec.payload.find(expected[damaged_id]) + len(expected[damaged_id]) // 2
+            flip_byte(target, rec.start + 13 + at)
+        else:
+            # Record header fields: checksum at +0 (8 bytes), payload length at +8 (4).
+            flip_byte(target, rec.start + {"checksum": 3, "length": 8}[where])
         return expected, damaged_id, target, rec.start
 
+    @pytest.mark.parametrize("where", ["body", "checksum", "length"])
     def test_flipped_byte_in_old_file_is_reported_and_the_queue_moves_on(
-        self, store_path: Path, data_files: DataFiles
+        self, store_path: Path, data_files: DataFiles, where: str
     ) -> None:
-        expected, damaged_id, target, offset = self._damage_middle_file(store_path, data_files)
+        expected, damaged_id, target, offset = self._damage_middle_file(
+            store_path, data_files, where
+        )
         # Opening must not fail: the index is intact and the damage is in one record.
         with msgcask.open(store_path, max_file_size=SMALL_FILE, compaction_interval=None) as store:
             q = store.queue("q")
@@ -335,3 +342,25 @@ def test_recreated_queue_holds_only_its_new_messages_after_rebuild(store_path: P
     shutil.rmtree(store_path / "index")
     with msgcask.open(store_path) as store:
         assert [(m.id, m.body) for m in store.queue("q").browse()] == [(new, b"new")]
+
+
+def test_ids_are_not_reused_after_compaction_deleted_every_old_file_and_the_index(
+    store_path: Path, data_files: DataFiles
+) -> None:
+    # Once every message is acked and compaction has deleted the files that held them,
+    # only the data files themselves can remember how far the ids got.
+    with msgcask.open(store_path, max_file_size=SMALL_FILE, compaction_interval=None) as store:
+        q = store.queue("q")
+        ids = [q.put(body(i, 3000)) for i in range(80)]
+        for _ in ids:
+            q.ack(q.get(block=False))
+        before = {p.name for p in data_files(store_path)}
+        for _ in range(3):
+            store.compact(threshold=1.0)
+    after = {p.name for p in data_files(store_path)}
+    assert before - after, "test setup: compaction deleted the old files"
+    shutil.rmtree(store_path / "index")
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert store.stats().live_messages == 0
+        new = store.queue("q").put(b"fresh")
+    assert new > max(ids), f"id {new} reused (earlier ids went up to {max(ids)})"
