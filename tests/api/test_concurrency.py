@@ -60,11 +60,13 @@ def test_lock_of_killed_holder_is_released(store_path: Path) -> None:
         assert [m.body for m in store.queue("held").browse()] == [b"by the holder"]
 
 
+@pytest.mark.parametrize("compacting", [False, True], ids=["plain", "with_compaction_thread"])
 def test_threads_deliver_every_message_exactly_once(
-    store_path: Path, verify: Callable[[msgcask.Store], None]
+    store_path: Path, verify: Callable[[msgcask.Store], None], compacting: bool
 ) -> None:
     producers, consumers, per_producer = 4, 4, 150
-    store = msgcask.open(store_path, compaction_interval=None)
+    # Small files and bodies of a few KB, so that a compaction thread has work to race.
+    store = msgcask.open(store_path, max_file_size=64 * 1024, compaction_interval=None)
     try:
         q = store.queue("q")
         put_ids: list[int] = []
@@ -77,9 +79,9 @@ def test_threads_deliver_every_message_exactly_once(
             try:
                 for i in range(per_producer):
                     if i % 10 == 0:
-                        ids = q.put_many([b"%d-%d-batch" % (n, i)] * 2, priority=i % 10)
+                        ids = q.put_many([b"%d-%d-batch" % (n, i) * 200] * 2, priority=i % 10)
                     else:
-                        ids = [q.put(b"%d-%d" % (n, i), priority=i % 10)]
+                        ids = [q.put(b"%d-%d" % (n, i) * 300, priority=i % 10)]
                     with lock:
                         put_ids.extend(ids)
             except BaseException as e:  # surfaced in the main thread
@@ -103,15 +105,31 @@ def test_threads_deliver_every_message_exactly_once(
             except BaseException as e:
                 errors.append(e)
 
+        stop_compacting = threading.Event()
+        passes: list[object] = []
+
+        def compact() -> None:
+            try:
+                while not stop_compacting.is_set():
+                    passes.append(store.compact(threshold=0.9))
+            except BaseException as e:
+                errors.append(e)
+
         prod = [threading.Thread(target=produce, args=(n,)) for n in range(producers)]
         cons = [threading.Thread(target=consume) for _ in range(consumers)]
-        for t in prod + cons:
+        extra = [threading.Thread(target=compact)] if compacting else []
+        for t in prod + cons + extra:
             t.start()
         for t in prod:
             t.join()
         done_producing.set()
         for t in cons:
             t.join()
+        stop_compacting.set()
+        for t in extra:
+            t.join()
+        if compacting:
+            assert passes, "the compaction thread never completed a pass"
         assert not errors, errors
         dupes = [i for i, c in Counter(got_ids).items() if c > 1]
         assert not dupes, f"delivered more than once: {dupes[:10]}"
