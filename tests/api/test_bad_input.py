@@ -484,3 +484,10 @@ class TestStoreFull:
             assert len(q) == 0
         finally:
             store.close()
+
+
+@pytest.mark.parametrize("path", [None, 123, ["a"]], ids=["none", "int", "list"])
+def test_path_of_wrong_type_is_refused(tmp_path: Path, path: object) -> None:
+    with pytest.raises(TypeError):
+        msgcask.open(path)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
