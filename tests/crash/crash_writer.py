@@ -14,7 +14,7 @@ line follows once it returned:
   m <toks>   /  M <tok>:<id>,... put_many
   G <id> <tok>               get returned (the message is now delivered)
   a <id>     /  A <id>       ack
-  n <id>     /  N <id>       nack
+  n <id>     /  N <id>       nack (on q2 the second one dead-letters to DLQ.q2)
   t <toks>|<ids> / T <tok>:<id>,...   transaction: puts | acks
   c          /  C            compact
 
@@ -30,7 +30,9 @@ import time
 
 import msgcask
 
-QUEUES = ("q1", "q2")
+QUEUES = ("q1", "q2")  # the writer puts to and gets from these
+MAX_DELIVERIES = 2  # q2 only: a second nack moves the message to DLQ.q2
+ALL_QUEUES = (*QUEUES, "DLQ.q2")
 MAX_SECONDS = 120  # never outlive a parent that forgot us
 
 
@@ -57,7 +59,7 @@ def main() -> None:
         compaction_interval=0.05 if background else None,
         compaction_threshold=0.8 if background else 0.5,
     )
-    queues = {name: store.queue(name) for name in QUEUES}
+    queues = {"q1": store.queue("q1"), "q2": store.queue("q2", max_deliveries=MAX_DELIVERIES)}
     delivered: dict[int, str] = {}  # id -> queue name
     counter = 0
     out = sys.stdout
