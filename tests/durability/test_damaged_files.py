@@ -208,12 +208,19 @@ def test_bad_record_inside_the_last_file_is_not_mistaken_for_a_torn_tail(
     assert last.stat().st_size >= size, "intact records after the damage were cut off"
 
 
-def mixed_history(store: msgcask.Store) -> dict[int, int]:
-    """Puts, gets, acks, nacks, dead-lettering, a transaction and a purge, spread over
-    several files (a deleted queue has its own test in test_deleted_queue_replay.py). Returns id -> deliveries so far for messages still live."""
+def mixed_history(store: msgcask.Store, *, delete_a_queue: bool = True) -> dict[int, int]:
+    """Puts, gets, acks, nacks, dead-lettering, a transaction, a purge and a deleted queue
+    (one with a delivered message), spread over several files. Replaying a deleted queue
+    from an older index has its own test (test_deleted_queue_older_index.py).
+
+    Returns id -> deliveries so far for the messages still live."""
     deliveries: dict[int, int] = {}
     work = store.queue("work", max_deliveries=2)
     other = store.queue("other")
+    gone = store.queue("gone")
+    gone.put_many([body(i, 100) for i in range(5)])
+    in_gone = gone.get(block=False)
+    deliveries[in_gone.id] = in_gone.deliveries
     for i in range(40):
         work.put(body(1000 + i, 4000), headers={"i": str(i)}, priority=i % 10)
         if i % 3 == 0:
@@ -242,6 +249,9 @@ def mixed_history(store: msgcask.Store) -> dict[int, int]:
     purge_me.put_many([b"p1", b"p2"])
     purge_me.purge()
     purge_me.put(b"after purge")
+    if delete_a_queue:
+        store.delete_queue("gone")
+        del deliveries[in_gone.id]
     return deliveries
 
 
@@ -299,7 +309,7 @@ class TestIndexLoss:
         shutil.copytree(store_path / "index", tmp_path / "index.old")
         with msgcask.open(store_path, **OPTS) as store:
             # Acks of messages the old index still counts as live, and new puts.
-            deliveries = mixed_history(store)
+            deliveries = mixed_history(store, delete_a_queue=False)
             q = store.queue("q")
             for _ in range(5):
                 q.ack(q.get(block=False))
