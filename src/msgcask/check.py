@@ -143,11 +143,7 @@ def verify(store: Store) -> list[str]:
             expected[entry.file_id][1] += 1
             if entry.deliver_file:
                 expected.setdefault(entry.deliver_file, [0, 0, 0, 0])[2] += 1
-        quarantined = {
-            keys.MSG_KEY.unpack(k)[0]
-            for k, v in env.items(env.msgs)
-            if v[0] == keys.STATE_QUARANTINED
-        }
+        quarantined = set(store._quarantined)
         file_live = scan.live_ids - quarantined
         damaged_files = {f.file_id for f in scan.files if f.damage}
         missing = file_live - set(live_index)

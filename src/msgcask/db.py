@@ -30,6 +30,8 @@ from msgcask.compactor.policy import MARK_COST
 from msgcask.errors import (
     ClosedError,
     Empty,
+    Error,
+    IndexFailedError,
     MessageTooLargeError,
     NotAStoreError,
     StoreFullError,
@@ -186,6 +188,7 @@ class Store:
         self._acct = catalog.acct
         self._handles: dict[int, DataFile] = files.handles
         self._corruptions: list[CorruptionReport] = list(recovery.report.corruptions)
+        self._quarantined: set[int] = set()  # ids dropped for damage since open
         self._lock = threading.RLock()
         self._commit_hold = 0
         self._queues: dict[str, _QueueRuntime] = {}
@@ -219,6 +222,10 @@ class Store:
         self._env.put_u64(keys.META_CLEAN, 0)
         self._env.put_meta(keys.META_BOOT, boot_id())
         self._commit_index()
+        # Durable before anything else happens: after a power cut the index on
+        # disk must say "not closed cleanly" (and from which boot), never a stale
+        # clean snapshot that later unsynced commits may have torn.
+        self._env.sync()
 
     def _create_journal_file(self, file_id: int) -> None:
         path = os.path.join(self.path, data_file_name(file_id))
@@ -287,6 +294,15 @@ class Store:
         state = "closed" if self._closed else "open"
         return f"<msgcask.Store {self.path!r} {state}>"
 
+    def _index_failed(self, error: Exception) -> IndexFailedError:
+        """The msgcask error for an LMDB failure at run time (raise it ``from`` it)."""
+        log.error("msgcask: index failure in %s: %s", self.path, error)
+        return IndexFailedError(
+            f"the index of {self.path} failed ({error}); the data files are intact. Close "
+            f"the store, delete {os.path.join(self.path, INDEX_DIR)} and open it again to "
+            "rebuild the index from them."
+        )
+
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError(f"the store at {self.path} is closed; open it again to use it")
@@ -354,7 +370,20 @@ class Store:
 
     def _wait_durable(self, pos: Position) -> None:
         if self._sync_always:
+            self._sync_journal_to(pos)
+
+    def _sync_journal_to(self, pos: Position) -> None:
+        """fsync the journal up to ``pos`` (unless sync="never"); call without the lock."""
+        if self.options.sync == "never":
+            return
+        try:
             self._journal.sync_to(pos)
+        except OSError as e:
+            raise Error(
+                f"fsync of the journal in {self.path} failed ({e.strerror}): what was written "
+                "may not be durable. Close the store and check the disk; reopening recovers "
+                "what reached it."
+            ) from e
 
     def _reserve_id(self) -> int:
         with self._lock:
@@ -513,7 +542,7 @@ class Store:
             rt.wake()
             pos = self._journal.position
         if self._sync_always:
-            self._journal.sync_to(pos)
+            self._sync_journal_to(pos)
         return msg_id
 
     def _write_batch(self, puts: list[_PendingPut], acks: list[int]) -> list[int]:
@@ -675,6 +704,7 @@ class Store:
         self._corruptions.append(report)
         log.error("msgcask: %s", report)
         self._catalog.quarantine(msg_id, entry)
+        self._quarantined.add(msg_id)
         return None
 
     def _resolve_delivered(self, rt: _QueueRuntime, target: object) -> int:
@@ -704,7 +734,7 @@ class Store:
             del self._inflight[msg_id]
             pos = self._journal.position
         if self._sync_always:
-            self._journal.sync_to(pos)
+            self._sync_journal_to(pos)
 
     def _nack(self, name: str, target: object) -> None:
         with self._lock:
@@ -893,12 +923,12 @@ class Store:
         """ "live", "delivered", "acked", "quarantined" or "unknown" (for tests and check)."""
         with self._lock:
             entry = self._catalog.lookup(msg_id)
+            if msg_id in self._quarantined:
+                return "quarantined"
             if entry is None:
                 return "unknown"
             if entry.state == STATE_ACKED:
                 return "acked"
-            if entry.state == keys.STATE_QUARANTINED:
-                return "quarantined"
             return "delivered" if msg_id in self._inflight else "live"
 
 

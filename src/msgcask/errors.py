@@ -83,3 +83,13 @@ class NotAStoreError(Error):
     Fix: point ``msgcask.open`` at an empty or missing directory to create a
     store, or at an existing store's directory.
     """
+
+
+class IndexFailedError(Error):
+    """Raised when the LMDB index fails while the store is open (it was damaged
+    on disk, or the disk failed under it).
+
+    The data files are the truth and are not affected. Fix: close the store,
+    delete its ``index/`` directory and open it again: the index is rebuilt
+    from the data files.
+    """

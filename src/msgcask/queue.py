@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
+import lmdb
+
 from msgcask import validate
 from msgcask.message import Message
 
@@ -37,9 +39,11 @@ class Queue:
         the record does not fit in a data file, StoreFullError if the live data
         would exceed ``max_store_size``, ClosedError after ``close()``.
         """
-        return self._store._put(
-            self.name, validate.body(body), validate.headers(headers), validate.priority(priority)
-        )
+        b, h, p = validate.body(body), validate.headers(headers), validate.priority(priority)
+        try:
+            return self._store._put(self.name, b, h, p)
+        except lmdb.Error as e:
+            raise self._store._index_failed(e) from e
 
     def put_many(
         self,
@@ -57,7 +61,10 @@ class Queue:
         pending = [_PendingPut(self.name, validate.body(b), hdrs, prio) for b in bodies]
         if not pending:
             return []
-        return self._store._write_batch(pending, [])
+        try:
+            return self._store._write_batch(pending, [])
+        except lmdb.Error as e:
+            raise self._store._index_failed(e) from e
 
     def get(
         self,
@@ -79,20 +86,32 @@ class Queue:
         wait = validate.timeout(timeout)
         if selector is not None and not callable(selector):
             raise TypeError("selector must be a callable taking the headers dict, or None")
-        return self._store._get(self.name, block, wait, selector)
+        try:
+            return self._store._get(self.name, block, wait, selector)
+        except lmdb.Error as e:
+            raise self._store._index_failed(e) from e
 
     def ack(self, message: Message | int) -> None:
         """Consume a delivered message for good (ValueError if it is not delivered)."""
-        self._store._ack(self.name, message)
+        try:
+            self._store._ack(self.name, message)
+        except lmdb.Error as e:
+            raise self._store._index_failed(e) from e
 
     def nack(self, message: Message | int) -> None:
         """Give a delivered message back to the queue, or to the dead-letter queue
         once it has been delivered ``max_deliveries`` times."""
-        self._store._nack(self.name, message)
+        try:
+            self._store._nack(self.name, message)
+        except lmdb.Error as e:
+            raise self._store._index_failed(e) from e
 
     def __len__(self) -> int:
         """Live messages in the queue: available plus delivered-but-unacked."""
-        return self._store._len(self.name)
+        try:
+            return self._store._len(self.name)
+        except lmdb.Error as e:
+            raise self._store._index_failed(e) from e
 
     def browse(self) -> Iterator[Message]:
         """Iterate over the queue's messages in delivery order without delivering them."""
@@ -100,4 +119,7 @@ class Queue:
 
     def purge(self) -> int:
         """Remove every available (not delivered) message; return how many."""
-        return self._store._purge(self.name)
+        try:
+            return self._store._purge(self.name)
+        except lmdb.Error as e:
+            raise self._store._index_failed(e) from e

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import lmdb
+
 from msgcask import validate
 from msgcask.errors import ClosedError
 from msgcask.message import Message
@@ -64,7 +66,10 @@ class Transaction:
         self._check_usable()
         self._done = True
         if self._puts or self._acks:
-            self.ids = self._store._write_batch(self._puts, self._acks)
+            try:
+                self.ids = self._store._write_batch(self._puts, self._acks)
+            except lmdb.Error as e:
+                raise self._store._index_failed(e) from e
         return self.ids
 
     def rollback(self) -> None:

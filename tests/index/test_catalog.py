@@ -21,7 +21,7 @@ from msgcask.index import keys
 from msgcask.index.accounting import Accounting, FileAccount
 from msgcask.index.catalog import Catalog
 from msgcask.index.env import IndexEnv
-from msgcask.index.keys import STATE_LIVE, STATE_QUARANTINED, Acked, Live
+from msgcask.index.keys import STATE_LIVE, Acked, Live
 from msgcask.store import format as fmt
 
 FILES = (1, 2, 3, 4, 5)
@@ -191,19 +191,19 @@ class TestAck:
 
 
 class TestQuarantine:
-    def test_quarantine_leaves_the_queue_but_keeps_its_bytes_accounted(self, cat: Catalog) -> None:
+    def test_quarantine_drops_the_message_and_stops_pinning_its_file(self, cat: Catalog) -> None:
         add(cat, 10, 1)
         add(cat, 11, 1, size=60)
         cat.deliver(10, 1, 2)
         entry = cat.lookup(10)
         assert isinstance(entry, Live)
         cat.quarantine(10, entry)
-        # The damaged record still occupies its file; it is just not deliverable.
-        check(cat, {1: (160, 2, 0, 0), 2: (0, 0, 1, 0)})
+        # Nothing intact is left to deliver or copy: it no longer counts anywhere,
+        # and the DELIVER record that held its count is not needed either.
+        check(cat, {1: (60, 1, 0, 0)})
         assert order(cat) == [11]
         assert cat.counts[cat.queue_id("q")] == 1
-        quarantined = cat.lookup(10)
-        assert isinstance(quarantined, Live) and quarantined.state == STATE_QUARANTINED
+        assert cat.lookup(10) is None
 
 
 class TestCompactionTransitions:

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from msgcask.index import keys
-from msgcask.index.keys import STATE_ACKED, STATE_LIVE, STATE_QUARANTINED, Acked, Live
+from msgcask.index.keys import STATE_ACKED, STATE_LIVE, Acked, Live
 
 U8 = st.integers(0, 2**8 - 1)
 U16 = st.integers(0, 2**16 - 1)
@@ -45,7 +45,7 @@ def test_message_keys_sort_by_id(ids: list[int]) -> None:
 
 
 @given(
-    state=st.sampled_from([STATE_LIVE, STATE_QUARANTINED]),
+    state=st.just(STATE_LIVE),
     qid=U32,
     priority=PRIORITY,
     file_id=U32,
@@ -77,7 +77,7 @@ def test_acked_entry_round_trips(put_file: int, ack_file: int) -> None:
 
 def test_states_are_distinct_on_disk() -> None:
     # The first byte tells the entry kinds apart; the values never change meaning.
-    assert (STATE_LIVE, STATE_ACKED, STATE_QUARANTINED) == (1, 2, 3)
+    assert (STATE_LIVE, STATE_ACKED) == (1, 2)
     live = keys.pack_live(Live(STATE_LIVE, 1, 4, 1, 32, 10, 0, 0))
     assert live[0] == STATE_LIVE and keys.pack_acked(1, 2)[0] == STATE_ACKED
 

@@ -1,12 +1,14 @@
 """The ``msgcask`` command: inspect, check and compact stores; run workloads.
 
-``check`` and ``dump`` only read data files, so they are safe on a store that
-another process has open. ``stats``, ``why-kept`` and ``compact`` open the
-store, so they need it closed elsewhere (the lock says who holds it).
+``check`` only reads data files, so it is safe on a store that another process
+has open (``check --index`` opens the store to verify its index too, which runs
+recovery). ``stats``, ``why-kept`` and ``compact`` open the store, so they need
+it closed elsewhere (the lock says who holds it).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -14,7 +16,8 @@ import click
 import msgcask
 from msgcask.check import scan_files
 from msgcask.cli.bench import bench, demo
-from msgcask.store.filenames import LOCK_FILE
+from msgcask.options import MIN_FILE_SIZE
+from msgcask.store.filenames import LOCK_FILE, parse_data_file_name
 from msgcask.store.lockfile import lock_holder
 
 
@@ -24,21 +27,46 @@ def main() -> None:
     """msgcask: an embeddable persistent message store."""
 
 
-def _open(path: str) -> msgcask.Store:
+def _guess_file_size(path: str) -> int:
+    """The store's max_file_size as its files suggest: the largest data file,
+    rounded up to a power of two (the setting itself is not stored)."""
+    sizes = [e.stat().st_size for e in os.scandir(path) if parse_data_file_name(e.name)]
+    largest = max(sizes, default=0)
+    size = MIN_FILE_SIZE
+    while size < largest:
+        size *= 2
+    return size
+
+
+def _open(path: str, max_file_size: int | None = None) -> msgcask.Store:
     try:
-        return msgcask.open(path, compaction_interval=None)
+        return msgcask.open(
+            path,
+            compaction_interval=None,
+            max_file_size=max_file_size or _guess_file_size(path),
+        )
     except msgcask.Error as e:
         raise click.ClickException(str(e)) from e
+
+
+MAX_FILE_SIZE = click.option(
+    "--max-file-size",
+    type=click.IntRange(min=MIN_FILE_SIZE),
+    default=None,
+    help="The store's max_file_size in bytes (default: guessed from its largest file).",
+)
 
 
 @main.command()
 @click.argument("path", type=click.Path(exists=True, file_okay=False))
 @click.option(
     "--index/--no-index",
-    default=True,
-    help="Also verify the index against the data files (needs the store closed).",
+    default=False,
+    help="Also verify the index against the data files. This opens the store (it must "
+    "not be open elsewhere) and so runs its recovery.",
 )
-def check(path: str, index: bool) -> None:
+@MAX_FILE_SIZE
+def check(path: str, index: bool, max_file_size: int | None) -> None:
     """Scan every data file for damage; exit 1 if any problem is found."""
     report = scan_files(path)
     problems = report.problems
@@ -47,7 +75,7 @@ def check(path: str, index: bool) -> None:
         click.echo(f"{f.path}: {f.size} bytes, {counts}")
     holder = lock_holder(f"{path}/{LOCK_FILE}")
     if index and holder is None:
-        with _open(path) as store:
+        with _open(path, max_file_size) as store:
             problems += [f"index: {p}" for p in store.verify()]
     elif index:
         click.echo(f"index not checked: the store is open in process {holder}")
@@ -61,9 +89,10 @@ def check(path: str, index: bool) -> None:
 
 @main.command()
 @click.argument("path", type=click.Path(exists=True, file_okay=False))
-def stats(path: str) -> None:
+@MAX_FILE_SIZE
+def stats(path: str, max_file_size: int | None) -> None:
     """Print sizes, live data and per-file accounting."""
-    with _open(path) as store:
+    with _open(path, max_file_size) as store:
         st = store.stats()
         click.echo(f"data files   {st.data_files}")
         click.echo(f"disk bytes   {st.disk_bytes} (data {st.data_bytes}, index {st.index_bytes})")
@@ -81,9 +110,10 @@ def stats(path: str) -> None:
 @main.command("why-kept")
 @click.argument("path", type=click.Path(exists=True, file_okay=False))
 @click.argument("file_id", type=int)
-def why_kept(path: str, file_id: int) -> None:
+@MAX_FILE_SIZE
+def why_kept(path: str, file_id: int, max_file_size: int | None) -> None:
     """Say which live messages and needed acks keep data file FILE_ID."""
-    with _open(path) as store:
+    with _open(path, max_file_size) as store:
         try:
             report = store.why_kept(file_id)
         except ValueError as e:
@@ -108,9 +138,10 @@ def why_kept(path: str, file_id: int) -> None:
     default=None,
     help="Rewrite files whose live fraction is below this (default: the store's).",
 )
-def compact(path: str, threshold: float | None) -> None:
+@MAX_FILE_SIZE
+def compact(path: str, threshold: float | None, max_file_size: int | None) -> None:
     """Run one compaction pass and report it."""
-    with _open(path) as store:
+    with _open(path, max_file_size) as store:
         before = store.stats().data_bytes
         report = store.compact(threshold=threshold)
         after = store.stats().data_bytes

@@ -32,13 +32,15 @@ class FileRecords:
     puts: list[tuple[int, codec.Record]] = field(default_factory=list)
     acks: list[int] = field(default_factory=list)
     delivers: list[tuple[int, int]] = field(default_factory=list)
+    damaged: int = 0  # stretches that did not parse
 
 
 def parse(buf: bytes) -> FileRecords:
     out = FileRecords()
     for item in codec.scan(buf, fmt.FILE_HEADER_SIZE):
         if not isinstance(item, codec.Record):
-            continue  # damaged bytes are dead bytes
+            out.damaged += 1
+            continue
         if item.rtype == fmt.TYPE_PUT:
             out.puts.append((fmt.PUT_FIXED.unpack_from(buf, item.payload_start)[0], item))
         elif item.rtype == fmt.TYPE_ACK:

@@ -5,7 +5,8 @@ Two kinds of knob, as in Bitcask: triggers decide *whether* a pass runs
 *which* files it touches. The threshold is the user's; the order is ours:
 
 - a file with nothing needed in it is deleted whole, at no copying cost;
-- a file whose live fraction is below the threshold is rewritten; victims are
+- a file whose live fraction is below the threshold is rewritten, if that
+  frees at least a minimum gain (1/64 of a data file, at least 4 KiB); victims are
   taken in order of benefit/cost as in log-structured file systems,
   ``(1 - u) * age / (1 + u)`` for live fraction ``u``: space freed per byte
   copied, weighted by age so that files still dying (young) are left to die

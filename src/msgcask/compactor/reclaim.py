@@ -32,6 +32,22 @@ log = logging.getLogger("msgcask")
 def reclaim(store: Store, file_ids: list[int]) -> tuple[int, int]:
     """Delete whole files that hold nothing needed; return (files, bytes) freed."""
     retired: list[int] = []
+    with store._commits_held():
+        _retire(store, file_ids, retired)
+        if not retired:
+            return 0, 0
+        with store._lock:
+            pos = store._journal.position
+        # The ACKs these deletions rely on must be durable before the deletions
+        # are: else a power cut could keep the deletion and lose what it followed.
+        store._sync_journal_to(pos)
+        with store._lock:
+            store._commit_index(force=True)
+    return len(retired), delete_retired(store, retired)
+
+
+def _retire(store: Store, file_ids: list[int], retired: list[int]) -> None:
+    """Release and mark retired each file that still holds nothing needed."""
     for file_id in file_ids:
         acct = store._acct.files.get(file_id)
         if acct is None or acct.retired:
@@ -55,11 +71,6 @@ def reclaim(store: Store, file_ids: list[int]) -> tuple[int, int]:
                 continue
             acct.retired = True
             retired.append(file_id)
-    if not retired:
-        return 0, 0
-    with store._lock:
-        store._commit_index()
-    return len(retired), delete_retired(store, retired)
 
 
 def delete_retired(store: Store, file_ids: list[int]) -> int:

@@ -68,8 +68,15 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
     put_ids: dict[int, list[int]] = {}
     for victim in victims:
         buf = store._handles[victim].read_all()
+        records = needed.parse(buf)
+        if records.damaged:
+            # What the damage hides (a live message, a needed ACK) could not be
+            # copied, so the file could not be deleted after the swap; and every
+            # victim named in the MANIFEST must be. Leave it out of this pass.
+            log.warning("msgcask: data file %d has damaged records; not compacted", victim)
+            continue
         parts = []
-        for chunk in needed.chunks(needed.parse(buf), _CHUNK):
+        for chunk in needed.chunks(records, _CHUNK):
             # Short lock holds, so foreground latency does not see the whole file.
             with store._lock:
                 if victim == store._journal.head_id or store._acct.peek(victim).retired:
@@ -95,7 +102,9 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
                     full.body,
                 )
             copies.append(_Copy(fmt.TYPE_PUT, msg_id, victim, data, entry.deliveries))
-        for msg_id, _put_file in found.acks:
+        for msg_id, put_file in found.acks:
+            if put_file in victims:
+                continue  # its PUT record goes away in this pass too: nothing to cancel
             copies.append(_Copy(fmt.TYPE_ACK, msg_id, victim, codec.encode_ack(msg_id), 0))
         for msg_id, count in found.delivers:
             copies.append(
@@ -143,18 +152,27 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
                     catalog.release_dead_puts(victim, ids[start : start + _CHUNK])
                 time.sleep(0)
         with store._lock:
-            retired = []
-            for victim in victims:
-                acct = store._acct[victim]
-                if acct.live_messages or acct.needed_marks or acct.dead_puts:
-                    log.error(
-                        "msgcask: victim %d still holds needed records after the swap (%s); kept",
-                        victim,
-                        acct,
-                    )
-                    continue
-                acct.retired = True
-                retired.append(victim)
+            # All victims go, or none: the MANIFEST names them all, and a rebuild
+            # that finds some gone treats the others as redundant.
+            held = [
+                v for v in victims if not store._acct[v].reclaimable or store._acct[v].dead_puts
+            ]
+            if held:
+                log.error(
+                    "msgcask: victims %s still hold needed records after the swap; "
+                    "all victims kept (the copy stays, and a later pass retries)",
+                    held,
+                )
+                retired = []
+            else:
+                retired = list(victims)
+                for victim in victims:
+                    store._acct[victim].retired = True
+            pos = store._journal.position
+        # ACKs that made victims' records dead must be durable before the swap is
+        # (see reclaim.reclaim).
+        store._sync_journal_to(pos)
+        with store._lock:
             crash_point("compact.before_swap_commit")
             store._commit_index(force=True)
     crash_point("compact.after_swap_commit")

@@ -79,6 +79,8 @@ class Compactor:
         options = self._store.options
         threshold = options.compaction_threshold if threshold is None else threshold
         budget = options.compaction_budget if budget is None else budget
+        # One pass writes one compacted file: keep it within max_file_size.
+        budget = min(budget, options.max_file_size - 2 * fmt.FILE_HEADER_SIZE)
         started = time.monotonic()
         with self._mutex:
             deleted, freed = self._reclaim_all(threshold, budget)

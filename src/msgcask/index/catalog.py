@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from msgcask.index import keys
 from msgcask.index.accounting import Accounting
 from msgcask.index.env import IndexEnv
-from msgcask.index.keys import STATE_ACKED, STATE_LIVE, STATE_QUARANTINED, Acked, Live
+from msgcask.index.keys import STATE_ACKED, STATE_LIVE, Acked, Live
 
 
 class Catalog:
@@ -214,16 +214,24 @@ class Catalog:
         return entry
 
     def quarantine(self, msg_id: int, entry: Live) -> None:
-        """Take a message whose record is damaged out of its queue's order.
+        """Drop a message whose record is damaged from its queue and the index.
 
-        Its bytes stay where they are (and keep their file) for inspection;
-        ``msgcask check`` lists it.
+        There is nothing intact to deliver or to copy, so it stops counting as
+        live and no longer pins its file; the damage is reported by the caller.
+        A rebuild would find the record damaged and skip it too (or, if the
+        damage was only in the read, bring the never-acked message back).
         """
         self.env.txn.delete(
             keys.order_key(entry.queue_id, entry.priority, msg_id), db=self.env.order
         )
+        self.env.txn.delete(keys.msg_key(msg_id), db=self.env.msgs)
         self._count(entry.queue_id, -1)
-        self._store(msg_id, entry._replace(state=STATE_QUARANTINED))
+        stats = self.acct[entry.file_id]
+        stats.live_bytes -= entry.size
+        stats.live_messages -= 1
+        if entry.deliver_file:
+            self.acct.drop_mark(entry.deliver_file)
+        self.acct.note(stats)
 
     # -- compaction ----------------------------------------------------------------
 

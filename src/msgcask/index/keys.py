@@ -6,7 +6,7 @@ Tables (LMDB named databases):
 - ``queues`` queue name (UTF-8) -> queue id u32 | live messages u64
 - ``order``  queue id u32 BE | 9 - priority u8 | message id u64 BE -> b""
              Big-endian, so LMDB's byte order is delivery order.
-- ``msgs``   message id u64 BE -> a LIVE, QUARANTINED or ACKED entry (below)
+- ``msgs``   message id u64 BE -> a LIVE or ACKED entry (below)
 - ``files``  file id u32 BE -> per-file accounting (index/accounting.py)
 """
 
@@ -23,9 +23,8 @@ QUEUE_VALUE: Final = struct.Struct("<IQ")  # queue id, live messages
 
 STATE_LIVE: Final = 1
 STATE_ACKED: Final = 2  # consumed; its PUT record still exists in put_file
-STATE_QUARANTINED: Final = 3  # its record failed the checksum when read
 
-# LIVE / QUARANTINED: state qid priority file offset size deliveries deliver_file
+# LIVE: state qid priority file offset size deliveries deliver_file
 _LIVE: Final = struct.Struct("<BIBIQIHI")
 # ACKED: state put_file ack_file
 _ACKED: Final = struct.Struct("<BII")

@@ -190,7 +190,7 @@ class FileHeader:
     version: int
     kind: int
     file_id: int
-    id_floor: int  # every message id in this file and after it is >= id_floor
+    id_floor: int  # the store's next message id when the file was made: ids assigned later are >=
 
 
 def encode_file_header(kind: int, file_id: int, id_floor: int) -> bytes:

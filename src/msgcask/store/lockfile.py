@@ -40,18 +40,23 @@ class StoreLock:
 
 
 def lock_holder(path: str) -> int | None:
-    """The pid holding the lock at ``path``, or None if nobody holds it."""
+    """The pid holding the lock at ``path``, or None if nobody seems to hold it.
+
+    Reads the pid the holder wrote and asks whether that process exists; it
+    never takes the lock itself, so it cannot get in an opener's way.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        with open(path, "rb") as f:
+            text = f.read(64).decode(errors="replace").strip()
     except FileNotFoundError:
         return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = os.pread(fd, 64, 0).decode(errors="replace").strip()
-            return int(text) if text.isdigit() else -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
+    if not text.isdigit():
         return None
-    finally:
-        os.close(fd)
+    pid = int(text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # a holder that died without cleaning up (kill -9)
+    except PermissionError:
+        pass  # exists, owned by someone else
+    return pid

@@ -27,6 +27,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+import lmdb
 from tqdm import tqdm
 
 from msgcask.errors import CorruptionError
@@ -41,6 +42,8 @@ from msgcask.store.fs import TEMP_SUFFIX, DataFile, FileSystem
 
 log = logging.getLogger("msgcask")
 
+# A MANIFEST names at most (budget / smallest file) victims; this bounds the read.
+MAX_MANIFEST_BYTES = 256 * 1024
 _PUTS = frozenset({fmt.TYPE_PUT})
 _MARKS = frozenset({fmt.TYPE_ACK, fmt.TYPE_DELIVER})
 _ALL = _PUTS | _MARKS
@@ -55,7 +58,10 @@ class CorruptionReport:
     offset: int
     length: int
     reason: str
-    action: str  # "truncated" (a torn tail) or "skipped" (kept on disk, not used)
+    # "truncated" (a torn tail), "skipped" (kept on disk, not used), "removed" (an
+    # empty file a crash left), "kept" (a compacted file without its MANIFEST) or
+    # "quarantined" (a message whose record was found damaged when read).
+    action: str
 
     def __str__(self) -> str:
         return (
@@ -132,6 +138,14 @@ def open_data_files(fs: FileSystem, directory: str, *, writable: bool = True) ->
     return OpenedFiles(handles, headers, torn)
 
 
+def _bound_transaction(env: IndexEnv) -> None:
+    """Commit a rebuild in steps so its transaction (held in memory) stays small.
+    Safe: the index has no checkpoint until the rebuild ends, so an interrupted
+    rebuild is simply started again on the next open."""
+    if env.changes > 200_000:
+        env.commit()
+
+
 def _torn_creation(handle: DataFile, raw: bytes, file_id: int, names: list[str]) -> bool:
     """A bad header is a torn creation only in the newest data file, and only if
     the file is all zeros (a name whose data never reached the disk)."""
@@ -164,7 +178,9 @@ class Recovery:
                 env = IndexEnv(index_path)
                 env.check_format()
                 catalog = self._replay(env)
-            except (IndexUnusable, NeedsRebuild) as e:
+            except (IndexUnusable, NeedsRebuild, lmdb.Error) as e:
+                # lmdb.Error: an index damaged on disk in a way LMDB detects while
+                # being read (it has no page checksums, so not every damage is).
                 self.report.reason = str(e)
                 if env is not None:
                     env.close()
@@ -236,17 +252,30 @@ class Recovery:
 
     def _compaction_is_orphan(self, file_id: int) -> bool:
         """True if every victim of this compacted file still exists (so nothing
-        depends on the copy); reads the MANIFEST record that starts the file."""
+        depends on the copy); reads the MANIFEST record that starts the file.
+        A file whose MANIFEST is unreadable is never taken for an orphan."""
         victims = self._manifest(file_id)
-        return victims is None or all(v in self.files.handles for v in victims)
+        return victims is not None and all(v in self.files.handles for v in victims)
 
     def _manifest(self, file_id: int) -> list[int] | None:
+        """The victims named by a compacted file's MANIFEST, or None (reported)
+        if that record is damaged."""
         handle = self.files.handles[file_id]
-        head = handle.read(fmt.FILE_HEADER_SIZE, 64 * 1024)
+        head = handle.read(fmt.FILE_HEADER_SIZE, MAX_MANIFEST_BYTES)
         for item in codec.scan(head, 0):
             if isinstance(item, codec.Record) and item.rtype == fmt.TYPE_MANIFEST:
                 return codec.decode_manifest(head, item.payload_start)
             break
+        report = CorruptionReport(
+            file_id,
+            handle.path,
+            fmt.FILE_HEADER_SIZE,
+            0,
+            "compacted file without an intact MANIFEST (kept; its victims are kept too)",
+            "kept",
+        )
+        self.report.corruptions.append(report)
+        log.error("msgcask: %s", report)
         return None
 
     # -- rebuild from every file ------------------------------------------------------
@@ -291,6 +320,7 @@ class Recovery:
                 ):
                     with_marks.append(file_id)
                 bar.update(self.files.handles[file_id].size)
+                _bound_transaction(env)
             for file_id in with_marks:
                 self._apply_file(
                     catalog,
@@ -310,7 +340,9 @@ class Recovery:
                 continue
             if self.files.headers[file_id].kind != fmt.KIND_COMPACTED:
                 continue
-            victims = self._manifest(file_id) or []
+            victims = self._manifest(file_id)
+            if victims is None:
+                continue  # cannot tell which files it replaced: keep everything
             if all(v in self.files.handles for v in victims):
                 self._remove(file_id)
             else:
