@@ -503,3 +503,31 @@ class TestEdges:
         # A consumer waiting on a closing store must not sleep out its whole timeout.
         assert not t.is_alive(), "the blocked get was not woken by close()"
         assert len(outcome) == 1 and isinstance(outcome[0], msgcask.ClosedError), outcome
+
+
+class TestCallerErrors:
+    def test_selector_that_raises_delivers_nothing(
+        self, store: msgcask.Store, store_path: Path, snapshot: Callable[..., Any]
+    ) -> None:
+        q = store.queue("q")
+        q.put_many([b"1", b"2"])
+        before = snapshot(store, store_path)
+
+        def broken(headers: Any) -> bool:
+            raise KeyError("selector bug")
+
+        with pytest.raises(KeyError):
+            q.get(block=False, selector=broken)
+        assert snapshot(store, store_path) == before
+        # Nothing was left half-delivered: both messages are still there for a get.
+        assert [m.body for m in _drain(q)] == [b"1", b"2"]
+
+    def test_transaction_used_after_its_block_is_refused(
+        self, store: msgcask.Store, store_path: Path, snapshot: Callable[..., Any]
+    ) -> None:
+        with store.transaction() as tx:
+            tx.put("q", b"inside")
+        before = snapshot(store, store_path)
+        with pytest.raises((ValueError, msgcask.Error)):
+            tx.put("q", b"after the block")
+        assert snapshot(store, store_path) == before
