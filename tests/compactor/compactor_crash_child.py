@@ -9,6 +9,8 @@ journal happens on every roll-over) and armed just before PHASE:
 * ``drain``: ack every message left, then ``store.compact()``: files die whole, so the
   point is reached on the plain deletion path (by the pass or by the background flush
   that deletes emptied files);
+* ``background``: reopen with ``compaction_interval=0.05`` and wait: the scheduled job
+  reaches the point;
 * ``pressure``: reopen with ``max_store_size`` just above what the store holds and run
   priority-pin rounds: the compactions that reach the point are the ones a put starts
   to make room.
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import msgcask
 from msgcask.store import fs
@@ -137,6 +140,13 @@ def main() -> None:
                 ack(q, m)
         report = store.compact()
         emit({"survived": repr(report)})
+    elif phase == "background":
+        fs.set_crash_point("")
+        store.close()
+        fs.set_crash_point(point)
+        store = msgcask.open(path, max_file_size=MAX_FILE_SIZE, compaction_interval=0.05)
+        time.sleep(60)
+        emit({"survived": "background phase"})
     elif phase == "pressure":
         fs.set_crash_point("")
         store.close()

@@ -153,6 +153,18 @@ POINTS = [
         id="whole_file_deletion_cut_after_unlink_loses_nothing",
     ),
     pytest.param(
+        "compact.before_swap_commit",
+        "background",
+        "copy",
+        id="scheduled_pass_killed_before_swap_duplicates_nothing",
+    ),
+    pytest.param(
+        "reclaim.before_unlink",
+        "background",
+        "copy",
+        id="scheduled_pass_killed_before_unlink_resurrects_nothing",
+    ),
+    pytest.param(
         "compact.before_output_fsync",
         "pressure",
         "any",
