@@ -69,8 +69,10 @@ _NAMES = {
 }
 
 
-def scan_files(path: str, fs: FileSystem | None = None) -> ScanReport:
-    """Read every data file of the store at ``path`` (read-only) and parse it."""
+def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = None) -> ScanReport:
+    """Read every data file of the store at ``path`` (read-only) and parse it
+    (only the files ``only`` names, if given). A file that disappears while the
+    scan runs (the store's owner deleted it) is skipped."""
     fs = fs or FileSystem()
     if not os.path.isdir(path):
         raise Error(f"{path} is not a store directory")
@@ -79,11 +81,14 @@ def scan_files(path: str, fs: FileSystem | None = None) -> ScanReport:
     acks: set[int] = set()
     for name in sorted(fs.listdir(path)):
         file_id = parse_data_file_name(name)
-        if file_id is None:
+        if file_id is None or (only is not None and file_id not in only):
             continue
         scan = FileScan(file_id, os.path.join(path, name))
+        try:
+            handle = fs.open(scan.path, writable=False)
+        except FileNotFoundError:
+            continue
         files.append(scan)
-        handle = fs.open(scan.path, writable=False)
         try:
             buf = handle.read_all()
         finally:
@@ -101,7 +106,13 @@ def scan_files(path: str, fs: FileSystem | None = None) -> ScanReport:
                 continue
             scan.records[_NAMES.get(item.rtype, "other")] += 1
             if item.rtype == fmt.TYPE_PUT:
-                meta = codec.decode_put_meta(buf, item.payload_start)
+                try:
+                    meta = codec.decode_put_meta(buf, item.payload_start)
+                except ValueError as e:
+                    scan.damage.append(
+                        codec.Damage(item.offset, item.size, f"malformed PUT: {e}", False)
+                    )
+                    continue
                 puts[meta.msg_id].append(
                     (file_id, item.offset, item.size, meta.queue, meta.priority)
                 )
@@ -118,7 +129,10 @@ def verify(store: Store) -> list[str]:
     problems: list[str] = []
     with store._lock:
         store._check_open()
-        scan = scan_files(store.path, store._fs)
+        # Retired files may vanish at any moment (they are unlinked outside the
+        # lock) and no longer count: leave them out.
+        known = {f for f, a in store._acct.files.items() if not a.retired}
+        scan = scan_files(store.path, store._fs, only=known)
         catalog = store._catalog
         env = store._env
         names = {qid: name for name, qid in catalog.queue_ids.items()}
@@ -195,6 +209,8 @@ def verify(store: Store) -> list[str]:
                 problems.append(
                     f"file {file_id} is {on_disk[file_id]} bytes, accounted {acct.size}"
                 )
-        for file_id in set(on_disk) - set(store._acct.files):
-            problems.append(f"file {file_id} is on disk but unknown to the index")
+        for name in store._fs.listdir(store.path):
+            found = parse_data_file_name(name)
+            if found is not None and found not in store._acct.files:
+                problems.append(f"file {found} is on disk but unknown to the index")
     return problems

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import lmdb
+
 from msgcask import validate
 from msgcask.compactor.policy import MARK_COST
 from msgcask.errors import (
@@ -39,7 +41,7 @@ from msgcask.errors import (
 from msgcask.index import keys
 from msgcask.index.accounting import FileAccount
 from msgcask.index.catalog import Catalog
-from msgcask.index.env import IndexEnv, boot_id
+from msgcask.index.env import IndexEnv, boot_id, remove_index
 from msgcask.index.keys import STATE_ACKED, Live
 from msgcask.message import Message
 from msgcask.options import Options
@@ -69,6 +71,8 @@ Selector = Callable[[dict[str, str]], bool]
 # Foreground work between forced index commits: bounds the open transaction.
 _MAX_CHANGES_PER_COMMIT = 50_000
 _PURGE_CHUNK = 10_000
+# Far more ids than a store hands out in one sync_interval.
+ID_BLOCK_AFTER_CRASH = 2**20
 
 
 @dataclass
@@ -191,9 +195,15 @@ class Store:
         self._quarantined: set[int] = set()  # ids dropped for damage since open
         self._lock = threading.RLock()
         self._commit_hold = 0
+        self._io_failure = ""  # set when an fsync failed: writes are refused
+        self._index_broken = False  # an LMDB failure: the index is discarded at close
         self._queues: dict[str, _QueueRuntime] = {}
         self._inflight: dict[int, _QueueRuntime] = {}
         self._next_id = max(recovery.max_msg_id + 1, env.get_u64(keys.META_NEXT_ID, 1))
+        if recovery.report.unclean:
+            # Ids handed out just before a crash may be lost with their records (a
+            # power cut); skip a block so none of them is ever handed out again.
+            self._next_id += ID_BLOCK_AFTER_CRASH
         highest_file = max(files.handles, default=0)
         self._next_file_id = max(highest_file + 1, env.get_u64(keys.META_NEXT_FILE, 1))
         self._bytes_put = 0
@@ -270,16 +280,22 @@ class Store:
             if self._closed:
                 return
             try:
-                if self.options.sync != "never":
-                    self._journal.sync()
+                self._sync_journal_to(self._journal.position)
+                if self._index_broken:
+                    return  # discarded below; the next open rebuilds it
                 self._env.put_u64(keys.META_CLEAN, 1)
                 self._commit_index(force=True)
                 self._env.sync()
+            except lmdb.Error as e:
+                self._index_broken = True
+                raise self._index_failed(e) from e
             finally:
                 self._closed = True
                 for queue in self._queues.values():
                     queue.cond.notify_all()
                 self._env.close()
+                if self._index_broken:
+                    remove_index(os.path.join(self.path, INDEX_DIR))
                 for handle in self._handles.values():
                     handle.close()
                 self._lock_file.release()
@@ -295,12 +311,14 @@ class Store:
         return f"<msgcask.Store {self.path!r} {state}>"
 
     def _index_failed(self, error: Exception) -> IndexFailedError:
-        """The msgcask error for an LMDB failure at run time (raise it ``from`` it)."""
+        """The msgcask error for an LMDB failure at run time (raise it ``from`` it).
+        The index is then distrusted: ``close`` deletes it, so the next open
+        rebuilds it from the data files."""
         log.error("msgcask: index failure in %s: %s", self.path, error)
+        self._index_broken = True
         return IndexFailedError(
             f"the index of {self.path} failed ({error}); the data files are intact. Close "
-            f"the store, delete {os.path.join(self.path, INDEX_DIR)} and open it again to "
-            "rebuild the index from them."
+            "the store and open it again: the index is rebuilt from them."
         )
 
     def _check_open(self) -> None:
@@ -317,14 +335,16 @@ class Store:
                     self._compactor.reclaim_emptied()
             except ClosedError:
                 return
+            except lmdb.Error as e:
+                self._index_failed(e)  # logs it; the index is rebuilt on the next open
+                return
             except Exception:  # keep flushing; the next foreground write will raise
                 log.exception("msgcask: background sync failed")
 
     def sync(self) -> None:
         """fsync the journal (unless sync="never") and commit the index."""
         self._check_open()
-        if self.options.sync != "never":
-            self._journal.sync()
+        self._sync_journal_to(self._journal.position)
         with self._lock:
             self._check_open()
             self._commit_index()
@@ -359,6 +379,11 @@ class Store:
     # -- writing -------------------------------------------------------------------
 
     def _append(self, data: bytes) -> Position:
+        if self._io_failure:
+            raise Error(
+                f"the store at {self.path} refuses writes: an earlier {self._io_failure}. "
+                "Close it, check the disk, and reopen."
+            )
         if self._env.changes > _MAX_CHANGES_PER_COMMIT:
             # Before the write: every earlier operation is fully applied, so the
             # index and the checkpoint agree (after the write they would not).
@@ -379,10 +404,13 @@ class Store:
         try:
             self._journal.sync_to(pos)
         except OSError as e:
+            # After a failed fsync the OS may have dropped the dirty pages, so a
+            # retry proves nothing: refuse further writes until the store is reopened.
+            self._io_failure = f"fsync of the journal failed ({e.strerror})"
             raise Error(
                 f"fsync of the journal in {self.path} failed ({e.strerror}): what was written "
-                "may not be durable. Close the store and check the disk; reopening recovers "
-                "what reached it."
+                "may not be durable, and the store refuses further writes. Close it, check "
+                "the disk, and reopen: recovery keeps what reached the disk."
             ) from e
 
     def _reserve_id(self) -> int:
@@ -528,12 +556,20 @@ class Store:
         with self._lock:
             if self._closed:
                 self._check_open()
-            rt = self._queues.get(name) or self._runtime(name)
-            if limited:
-                self._check_fits(size)
+            rt = self._queues.get(name)
+            created = rt is None and name not in self._catalog.queue_ids
+            if rt is None:
+                rt = self._runtime(name)
             msg_id = self._next_id
-            record = codec.encode_put(msg_id, rt.name_bytes, priority, 0, hbytes, body)
-            file_id, offset = self._append(record)
+            try:
+                if limited:
+                    self._check_fits(size)
+                record = codec.encode_put(msg_id, rt.name_bytes, priority, 0, hbytes, body)
+                file_id, offset = self._append(record)
+            except BaseException:
+                if created:  # a failed call changes nothing, not even the queue list
+                    self._forget_queues([name])
+                raise
             self._next_id = msg_id + 1
             self._catalog.add(msg_id, rt.qid, priority, file_id, offset, size, 0, fresh=True)
             self._bytes_put += size
@@ -544,6 +580,16 @@ class Store:
         if self._sync_always:
             self._sync_journal_to(pos)
         return msg_id
+
+    def _forget_queues(self, names: list[str]) -> None:
+        """Undo the creation of queues by a call that failed before writing."""
+        for name in names:
+            rt = self._queues.pop(name, None)
+            if name in self._catalog.queue_ids:
+                self._catalog.drop_queue(name)
+            if rt is not None:
+                rt.cond.notify_all()
+        self._commit_index()
 
     def _write_batch(self, puts: list[_PendingPut], acks: list[int]) -> list[int]:
         """Write puts and acks as one all-or-nothing batch; return the new ids."""
@@ -564,6 +610,9 @@ class Store:
                         "in this transaction); only messages returned by get() can be acked"
                     )
                 seen.add(msg_id)
+            created = sorted(
+                {p.queue for p, _ in encoded} - set(self._catalog.queue_ids) - set(self._queues)
+            )
             runtimes = [self._runtime(p.queue) for p, _ in encoded]
             records: list[bytes] = []
             ids: list[int] = []
@@ -579,10 +628,15 @@ class Store:
             records += [codec.encode_ack(m) for m in acks]
             length = sum(len(r) for r in records)
             header = codec.encode_batch_header(len(records), length)
-            self._check_record_size(len(header) + length)
-            self._check_fits(len(header) + length)
             put_bytes = sum(len(r) for r in records[: len(puts)])
-            file_id, offset = self._append(header + b"".join(records))
+            try:
+                self._check_record_size(len(header) + length)
+                self._check_fits(len(header) + length)
+                file_id, offset = self._append(header + b"".join(records))
+            except BaseException:
+                if created:  # a failed call changes nothing, not even the queue list
+                    self._forget_queues(created)
+                raise
             self._next_id = next_id
             offset += len(header)
             added = []

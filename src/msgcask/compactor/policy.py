@@ -95,6 +95,7 @@ def plan(
     budget: int,
     small_file: int,
     min_gain: int = 0,
+    hard_budget: bool = False,
 ) -> Plan:
     """Choose what one pass does.
 
@@ -104,6 +105,8 @@ def plan(
     two or more of them.
     ``min_gain``: a file is rewritten only if that frees at least this many
     bytes (so a nearly full file is not copied to save its header).
+    ``hard_budget``: the budget binds the first victim too (the copy must fit
+    in the room left under ``max_store_size``).
     """
     reclaim = sorted(f.file_id for f in files if f.reclaimable)
     sealed = [f for f in files if not f.active and not f.reclaimable]
@@ -117,7 +120,7 @@ def plan(
     rewrite: list[int] = []
     spent = 0
     for f in candidates:
-        if rewrite and spent + f.copy_cost > budget:
+        if (rewrite or hard_budget) and spent + f.copy_cost > budget:
             continue
         rewrite.append(f.file_id)
         spent += f.copy_cost

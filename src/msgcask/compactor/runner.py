@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from msgcask.db import Store
 
 _MAX_RECLAIM_ROUNDS = 64
+_MANIFEST_ROOM = 4096  # header and MANIFEST of a compacted file, generously
 
 
 class Compactor:
@@ -50,7 +51,7 @@ class Compactor:
             if not a.retired
         ]
 
-    def _plan(self, threshold: float, budget: int) -> policy.Plan:
+    def _plan(self, threshold: float, budget: int, *, hard: bool = False) -> policy.Plan:
         with self._store._lock:
             views = self._views()
         max_file_size = self._store.options.max_file_size
@@ -60,6 +61,7 @@ class Compactor:
             budget=budget,
             small_file=max_file_size // 8,
             min_gain=policy.min_gain_for(max_file_size),
+            hard_budget=hard,
         )
 
     def _reclaim_all(self, threshold: float, budget: int) -> tuple[int, int]:
@@ -76,38 +78,54 @@ class Compactor:
 
     def run(self, threshold: float | None = None, budget: int | None = None) -> CompactionReport:
         """Run one pass now (waiting for a running one to finish first)."""
-        options = self._store.options
-        threshold = options.compaction_threshold if threshold is None else threshold
+        with self._mutex:
+            return self._pass(threshold, budget)
+
+    def _budget(self, budget: int | None) -> tuple[int, bool]:
+        """The bytes this pass may copy, and whether that is a hard limit."""
+        store = self._store
+        options = store.options
         budget = options.compaction_budget if budget is None else budget
         # One pass writes one compacted file: keep it within max_file_size.
         budget = min(budget, options.max_file_size - 2 * fmt.FILE_HEADER_SIZE)
+        if options.max_store_size is None:
+            return budget, False
+        # The copy is written before its victims are deleted: it must fit in the
+        # room left under max_store_size, even for the first victim.
+        headroom = options.max_store_size - store._data_bytes - 2 * fmt.FILE_HEADER_SIZE
+        return max(min(budget, headroom - _MANIFEST_ROOM), 0), True
+
+    def _pass(self, threshold: float | None, budget: int | None) -> CompactionReport:
+        store = self._store
+        threshold = store.options.compaction_threshold if threshold is None else threshold
         started = time.monotonic()
-        with self._mutex:
-            deleted, freed = self._reclaim_all(threshold, budget)
-            plan = self._plan(threshold, budget)
-            rewritten = copied = 0
-            if plan.rewrite:
-                result = rewrite(self._store, plan.rewrite)
-                rewritten, copied = result.files_rewritten, result.bytes_copied
-                freed += result.bytes_reclaimed
-            more_deleted, more_freed = self._reclaim_all(threshold, budget)
-            report = CompactionReport(
-                files_deleted=deleted + more_deleted,
-                files_rewritten=rewritten,
-                bytes_copied=copied,
-                bytes_reclaimed=freed + more_freed,
-                seconds=time.monotonic() - started,
-            )
-            self.totals = replace(
-                self.totals,
-                passes=self.totals.passes + 1,
-                files_deleted=self.totals.files_deleted + report.files_deleted,
-                files_rewritten=self.totals.files_rewritten + report.files_rewritten,
-                bytes_copied=self.totals.bytes_copied + report.bytes_copied,
-                bytes_reclaimed=self.totals.bytes_reclaimed + report.bytes_reclaimed,
-            )
-            self.last = report
-            return report
+        limit, hard = self._budget(budget)
+        deleted, freed = self._reclaim_all(threshold, limit)
+        limit, hard = self._budget(budget)  # deletions made room
+        plan = self._plan(threshold, limit, hard=hard)
+        rewritten = copied = 0
+        if plan.rewrite:
+            result = rewrite(store, plan.rewrite)
+            rewritten, copied = result.files_rewritten, result.bytes_copied
+            freed += result.bytes_reclaimed
+        more_deleted, more_freed = self._reclaim_all(threshold, limit)
+        report = CompactionReport(
+            files_deleted=deleted + more_deleted,
+            files_rewritten=rewritten,
+            bytes_copied=copied,
+            bytes_reclaimed=freed + more_freed,
+            seconds=time.monotonic() - started,
+        )
+        self.totals = replace(
+            self.totals,
+            passes=self.totals.passes + 1,
+            files_deleted=self.totals.files_deleted + report.files_deleted,
+            files_rewritten=self.totals.files_rewritten + report.files_rewritten,
+            bytes_copied=self.totals.bytes_copied + report.bytes_copied,
+            bytes_reclaimed=self.totals.bytes_reclaimed + report.bytes_reclaimed,
+        )
+        self.last = report
+        return report
 
     def reclaim_emptied(self) -> int:
         """Delete the files that became reclaimable since the last call (they are
@@ -148,23 +166,24 @@ class Compactor:
     def make_room(self, needed: int, limit: int) -> None:
         """Space pressure: compact every file with any dead bytes, sealing the
         write head first if it is what holds them, until ``needed`` more bytes
-        fit under ``limit`` or nothing more can be freed."""
+        fit under ``limit`` or nothing more can be freed. Waits for a running
+        pass first: the files it is deleting are about to be free."""
         store = self._store
-        budget = max(store.options.max_file_size // 2, needed)
-        with store._lock:
-            views = self._views()
-        gain = policy.min_gain_for(store.options.max_file_size)
-        if store._data_bytes - policy.reclaimable_bytes(views, gain) + needed > limit:
-            return  # nothing a pass could free would make it fit: do not copy in vain
-        for _ in range(3):
-            if store._data_bytes + needed <= limit:
-                return
-            self.run(threshold=1.0, budget=budget)
-            if store._data_bytes + needed <= limit:
-                return
-            # The dead bytes may be in the write head, which a pass never
-            # touches: seal it so the next pass can.
-            with store._lock:
-                head = store._acct.peek(store._journal.head_id)
-                if head.size > head.live_bytes + 2 * fmt.FILE_HEADER_SIZE:
-                    store._journal.roll_over()
+        with self._mutex:
+            for _ in range(3):
+                if store._data_bytes + needed <= limit:
+                    return
+                with store._lock:
+                    views = self._views()
+                gain = policy.min_gain_for(store.options.max_file_size)
+                if store._data_bytes - policy.reclaimable_bytes(views, gain) + needed > limit:
+                    return  # nothing a pass could free would make it fit: do not copy in vain
+                self._pass(1.0, max(store.options.max_file_size // 2, needed))
+                if store._data_bytes + needed <= limit:
+                    return
+                # The dead bytes may be in the write head, which a pass never
+                # touches: seal it so the next pass can.
+                with store._lock:
+                    head = store._acct.peek(store._journal.head_id)
+                    if head.size > head.live_bytes + 2 * fmt.FILE_HEADER_SIZE:
+                        store._journal.roll_over()

@@ -49,10 +49,15 @@ class Catalog:
         self.counts.pop(qid, None)
         self._dirty_counts.discard(qid)
 
-    def prune_empty_queues(self) -> None:
+    def prune_empty_queues(self, only: set[int] | None = None) -> None:
+        """Drop queues without messages (of ``only``, if given)."""
         for name, qid in list(self.queue_ids.items()):
-            if not self.counts.get(qid):
+            if not self.counts.get(qid) and (only is None or qid in only):
                 self.drop_queue(name)
+
+    def touched_queues(self) -> set[int]:
+        """Queues whose count changed since the last ``flush_counts``."""
+        return set(self._dirty_counts)
 
     def flush_counts(self) -> None:
         """Write the changed per-queue counts into the current transaction."""

@@ -140,7 +140,11 @@ class Put(NamedTuple):
 
 
 def decode_put_meta(buf: Buffer, payload_start: int) -> PutMeta:
+    """The fixed fields and queue of a PUT record. Raises ValueError if they are
+    impossible (a priority above 9, a queue name that is not UTF-8)."""
     msg_id, priority, deliveries, qlen, _hlen = fmt.PUT_FIXED.unpack_from(buf, payload_start)
+    if priority > fmt.MAX_PRIORITY or not qlen:
+        raise ValueError(f"priority {priority} / queue name of {qlen} bytes")
     qstart = payload_start + fmt.PUT_FIXED_SIZE
     queue = bytes(buf[qstart : qstart + qlen]).decode()
     return PutMeta(msg_id, priority, deliveries, queue)

@@ -71,8 +71,9 @@ class CorruptionReport:
 
 @dataclass
 class RecoveryReport:
-    mode: str = "clean"  # "clean", "replay" or "rebuild"
+    mode: str = "clean"  # "new", "clean", "replay" or "rebuild"
     reason: str = ""
+    unclean: bool = False  # the store was not closed cleanly (or its index was lost)
     records: int = 0
     corruptions: list[CorruptionReport] = field(default_factory=list)
     removed_files: list[int] = field(default_factory=list)
@@ -177,6 +178,7 @@ class Recovery:
             try:
                 env = IndexEnv(index_path)
                 env.check_format()
+                env.walk()
                 catalog = self._replay(env)
             except (IndexUnusable, NeedsRebuild, lmdb.Error) as e:
                 # lmdb.Error: an index damaged on disk in a way LMDB detects while
@@ -191,11 +193,16 @@ class Recovery:
             remove_index(index_path)
             env = IndexEnv(index_path)
             self.report.mode = "rebuild" if self.files.handles else "new"
+            self.report.unclean = bool(self.files.handles)
             catalog = self._rebuild(env)
         if self.report.mode == "rebuild":
             # The journal records queues only through their messages: after a
             # rebuild, a queue exists if it holds messages.
             catalog.prune_empty_queues()
+        elif self.report.mode == "replay":
+            # Likewise for the queues the replayed records touched (this is what
+            # keeps a queue deleted after the checkpoint from coming back).
+            catalog.prune_empty_queues(only=catalog.touched_queues())
         self.report.seconds = time.monotonic() - started
         return env, catalog
 
@@ -203,6 +210,7 @@ class Recovery:
 
     def _replay(self, env: IndexEnv) -> Catalog:
         clean = env.get_u64(keys.META_CLEAN, default=0)
+        self.report.unclean = not clean
         if not clean and env.get_meta(keys.META_BOOT) != boot_id():
             raise NeedsRebuild("the store was not closed cleanly before the last reboot")
         raw = env.get_meta(keys.META_CHECKPOINT)
@@ -387,7 +395,13 @@ class Recovery:
             records += 1
             ps = item.payload_start
             if rtype == fmt.TYPE_PUT:
-                meta = codec.decode_put_meta(buf, ps)
+                try:
+                    meta = codec.decode_put_meta(buf, ps)
+                except ValueError as e:  # intact bytes, impossible fields: a writer bug
+                    if report:
+                        bad = codec.Damage(item.offset, item.size, f"malformed PUT: {e}", False)
+                        self._damage(file_id, bad, False)
+                    continue
                 qid = queue_ids.get(meta.queue)
                 if qid is None:
                     qid = queue_ids[meta.queue] = catalog.queue_id(meta.queue)

@@ -101,7 +101,9 @@ class Journal:
         new = self.fs.create_temp(path)
         try:
             new.append(codec.encode_file_header(fmt.KIND_JOURNAL, file_id, self._id_floor()))
-            self.fs.publish(new, path, durable=self.fsync_enabled)
+            # Durable even with sync="never" (one fsync per file, not per record):
+            # a power cut must never leave a data file name without its header.
+            self.fs.publish(new, path)
         except OSError:
             new.close()
             with contextlib.suppress(OSError):
