@@ -44,6 +44,9 @@ class FaultyDataFile(DataFile):
         return super().append(data)
 
     def read(self, offset: int, size: int) -> bytes:
+        for bad in self.fs.bad_sectors.get(self.path, ()):
+            if offset <= bad < offset + max(size, 1):
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
         data = super().read(offset, size)
         bad = [
             o - offset for o in self.fs.bad_bytes.get(self.path, ()) if 0 <= o - offset < len(data)
@@ -83,7 +86,8 @@ class FaultyFileSystem(FileSystem):
     * ``short_write = n``: the next append writes its first ``n`` bytes, then raises ENOSPC;
     * ``fail_truncate``: truncate raises EIO (so a failed append's bytes stay on disk);
     * ``fail_fsync``: fsync raises EIO (the disk could not make the bytes durable);
-    * ``bad_bytes[path] = {offset, ...}``: reads covering those offsets get a bit flipped.
+    * ``bad_bytes[path] = {offset, ...}``: reads covering those offsets get a bit flipped;
+    * ``bad_sectors[path] = {offset, ...}``: reads covering those offsets fail with EIO.
     """
 
     def __init__(self) -> None:
@@ -94,6 +98,7 @@ class FaultyFileSystem(FileSystem):
         self.fail_fsync = False
         self.before_fsync: Callable[[], None] | None = None  # a hook to stall fsyncs
         self.bad_bytes: dict[str, set[int]] = {}
+        self.bad_sectors: dict[str, set[int]] = {}  # reads covering these offsets: EIO
         self.synced: dict[str, int] = {}  # path -> bytes durable at its last fsync
         self.unsynced_names: set[str] = set()  # created or renamed since their dir's fsync
         # Unlinked since their dir's fsync: path -> where the bytes wait in case of a cut.

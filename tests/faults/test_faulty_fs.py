@@ -93,3 +93,16 @@ def test_bit_flip_on_read_leaves_the_file_alone(fs: FaultyFileSystem, tmp_path: 
     assert handle.read(5, 5) == b"\x00" * 5  # a read that misses the bad byte
     assert (tmp_path / "a.log").read_bytes() == b"\x00" * 10
     handle.close()
+
+
+def test_bad_sector_fails_only_the_reads_that_cover_it(
+    fs: FaultyFileSystem, tmp_path: Path
+) -> None:
+    handle = new_file(fs, tmp_path, "a.log", bytes(100), durable=True)
+    fs.bad_sectors[handle.path] = {50}
+    with pytest.raises(OSError) as err:
+        handle.read(40, 20)
+    assert err.value.errno == errno.EIO
+    assert handle.read(0, 50) == bytes(50)
+    assert handle.read(51, 49) == bytes(49)
+    handle.close()
