@@ -18,6 +18,8 @@ import os
 import random
 from pathlib import Path
 
+import pytest
+
 import msgcask
 from msgcask.store import codec
 from msgcask.store import format as fmt
@@ -101,14 +103,23 @@ def _check_image(image: Path, puts: set[int], acks: set[int]) -> None:
         assert store.verify() == []
 
 
-def test_power_cut_during_compaction_loses_and_resurrects_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("trigger", ["compact_calls", "space_pressure"])
+def test_power_cut_during_compaction_loses_and_resurrects_nothing(
+    tmp_path: Path, trigger: str
+) -> None:
     rnd = random.Random(1)
     fs = TrackingFS()
     path = tmp_path / "store"
+    pressure = trigger == "space_pressure"
     # sync_interval: nothing is fsynced by the background flush; only seals, explicit
     # syncs and whatever the compactor itself makes durable.
     store = msgcask.Store(
-        path, max_file_size=MFS, compaction_interval=None, sync_interval=3600, _fs=fs
+        path,
+        max_file_size=MFS,
+        compaction_interval=None,
+        sync_interval=3600,
+        max_store_size=8 * MFS if pressure else None,
+        _fs=fs,
     )
     cuts: list[tuple[Path, set[int], set[int]]] = []
     try:
@@ -127,9 +138,9 @@ def test_power_cut_during_compaction_loses_and_resurrects_nothing(tmp_path: Path
                 # The last live message of an old, sealed file is acked in the unsynced
                 # head: the file may now be deleted, but only once that ACK is durable.
                 q.ack(window.pop(0))
-            if step % 150 == 149:
+            if step % 150 == 149 and not pressure:
                 store.compact(threshold=rnd.choice([0.3, 0.5, 0.9]))
-            if step % 250 == 200 or step % 150 == 149:
+            if step % 250 == 200 or step % 150 == 149 or (pressure and step % 50 == 0):
                 image = tmp_path / f"cut{len(cuts)}"
                 cuts.append((image, *fs.power_cut(path, image)))
         assert store.stats().compaction.files_rewritten > 0
