@@ -1,0 +1,69 @@
+"""Compaction next to damaged data files.
+
+A data file with a damaged stretch is never rewritten (what the damage hides -- a live
+message, a needed ACK -- could not be carried forward), so it stays. That must cost only
+that one file: its intact live messages stay readable, the damaged one is quarantined,
+and the other files are compacted as usual, whatever the budget.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgcask
+from msgcask.store import codec
+from msgcask.store import format as fmt
+
+MFS = 64 * 1024
+
+
+def _fill(store: msgcask.Store, files: int, keep_in_first: int) -> list[int]:
+    """``files`` sealed files of 60 messages; the first keeps ``keep_in_first`` live
+    messages, the others 6 each. Returns the live ids."""
+    q = store.queue("q")
+    kept: list[int] = []
+    for f in range(files):
+        ids = [q.put(b"%05d" % i * 200) for i in range(60)]
+        keep = set(ids[:: 60 // (keep_in_first if f == 0 else 6)])
+        for m in [q.get(block=False) for _ in ids]:
+            if m.id not in keep:
+                q.ack(m)  # the kept ones stay delivered, out of the next round's gets
+        kept += sorted(keep)
+    return kept
+
+
+def _flip_byte_of(path: Path, msg_id: int) -> int:
+    """Flip a body byte of ``msg_id``'s PUT record in the data file that holds it;
+    return that file's id."""
+    for p in sorted(path.glob("*.log")):
+        buf = bytearray(p.read_bytes())
+        for item in codec.scan(bytes(buf), fmt.FILE_HEADER_SIZE):
+            if not isinstance(item, codec.Record) or item.rtype != fmt.TYPE_PUT:
+                continue
+            if fmt.PUT_FIXED.unpack_from(buf, item.payload_start)[0] == msg_id:
+                buf[item.end - 10] ^= 0xFF
+                p.write_bytes(bytes(buf))
+                return int(p.name[:10])
+    raise AssertionError(f"no PUT record of {msg_id}")
+
+
+def _open(path: Path, **options: object) -> msgcask.Store:
+    return msgcask.open(path, max_file_size=MFS, compaction_interval=None, **options)
+
+
+def test_damaged_file_is_kept_and_its_intact_messages_stay(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with _open(path) as store:
+        kept = _fill(store, files=3, keep_in_first=6)
+    damaged_id = kept[1]
+    damaged_file = _flip_byte_of(path, damaged_id)
+    with _open(path) as store:
+        store.compact()
+        store.compact()
+        files = {f.file_id for f in store.stats().files}
+        assert damaged_file in files, "a file with damage was rewritten or deleted"
+        live = [m.id for m in store.queue("q").browse()]
+        assert set(live) == set(kept) - {damaged_id}
+        assert store._message_state(damaged_id) == "quarantined"
+        assert any(c.file_id == damaged_file for c in store.stats().corruptions)
+        assert store.verify() == []
