@@ -220,3 +220,45 @@ def _check_reopened(path: Path, tmp_path: Path, expected: set[int]) -> None:
         with _open(p) as store:
             assert _live(store) == expected, f"{store.recovery.mode}: live set differs"
             assert store.verify() == []
+
+
+def test_why_kept_names_delivery_counts_that_must_outlive_their_file(tmp_path: Path) -> None:
+    # A message delivered (not acked) while its PUT record sits in an older file: the
+    # DELIVER record in the newer file holds its delivery count, so that file is kept
+    # for it; compaction folds the count into the copy and lets the file go.
+    path = tmp_path / "store"
+    with _open(path) as store:
+        q = store.queue("q")
+        first = [q.put(BODY) for _ in range(PER_ROUND)]
+        filler = store.queue("filler")
+        for _ in range(PER_ROUND):  # roll over: the DELIVER below lands in a later file
+            filler.put(BODY)
+            filler.ack(filler.get(block=False))
+        m = q.get(block=False)
+        assert m.id == first[0] and m.deliveries == 1
+        st = store.stats()
+        put_file = next(f.file_id for f in st.files if store.why_kept(f.file_id).live_messages)
+        deliver_files = [
+            f.file_id for f in st.files if m.id in store.why_kept(f.file_id).needed_deliveries
+        ]
+        assert len(deliver_files) == 1 and deliver_files[0] != put_file
+        assert not store.why_kept(deliver_files[0]).reclaimable
+
+        for _ in range(PER_ROUND):  # seal the file with the DELIVER record too
+            filler.put(BODY)
+            filler.ack(filler.get(block=False))
+        for _ in first[1:]:
+            q.ack(q.get(block=False))  # the PUT file is now sparse: one live message
+        store.compact()
+        store.compact()
+        st = store.stats()
+        assert deliver_files[0] not in {f.file_id for f in st.files}, [
+            (f.file_id, f.kept_by) for f in st.files
+        ]
+        held = [b for b in q.browse() if b.id == m.id]
+        assert held and held[0].deliveries == 1
+        assert store.verify() == []
+    with _open(path) as store:
+        # Delivered and unacked at close: back, redelivered, count kept.
+        again = store.queue("q").get(block=False)
+        assert again.id == m.id and again.deliveries == 2 and again.redelivered
