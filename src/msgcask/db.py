@@ -71,6 +71,7 @@ Selector = Callable[[dict[str, str]], bool]
 # Foreground work between forced index commits: bounds the open transaction.
 _MAX_CHANGES_PER_COMMIT = 50_000
 _PURGE_CHUNK = 10_000
+_SHRINK_MIN_FREE_PAGES = 256  # 1 MiB of free index pages before shrinking pays
 # Far more ids than a store hands out in one sync_interval.
 ID_BLOCK_AFTER_CRASH = 2**20
 
@@ -333,6 +334,8 @@ class Store:
                 self.sync()
                 if self._acct.emptied:
                     self._compactor.reclaim_emptied()
+                if self.options.compaction_interval is not None and self._compactor.due():
+                    self._scheduler.run_soon()
             except ClosedError:
                 return
             except lmdb.Error as e:
@@ -580,6 +583,19 @@ class Store:
         if self._sync_always:
             self._sync_journal_to(pos)
         return msg_id
+
+    def _shrink_index_if_sparse(self) -> None:
+        """Give back the index's free pages once they dwarf the pages in use
+        (LMDB keeps its file at its high-water mark: a backlog that is gone
+        would otherwise keep its size on disk)."""
+        with self._lock:
+            if self._closed or self._commit_hold:
+                return
+            used, total = self._env.pages()
+            if total - used < _SHRINK_MIN_FREE_PAGES or total < 4 * used:
+                return
+            self._commit_index(force=True)
+            self._env.shrink()
 
     def _forget_queues(self, names: list[str]) -> None:
         """Undo the creation of queues by a call that failed before writing."""

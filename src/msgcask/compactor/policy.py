@@ -65,6 +65,16 @@ class Plan:
         return bool(self.reclaim or self.rewrite)
 
 
+def sparse_dead_bytes(files: list[FileView], threshold: float, min_gain: int) -> int:
+    """Dead bytes a pass at ``threshold`` could free by rewriting (the trigger
+    that starts a pass early)."""
+    return sum(
+        f.dead_bytes
+        for f in files
+        if not f.active and f.live_ratio < threshold and f.dead_bytes >= min_gain
+    )
+
+
 def reclaimable_bytes(files: list[FileView], min_gain: int) -> int:
     """An upper bound of what passes can free: whole deletable files, the dead
     bytes of files worth rewriting, and the write head's dead bytes (freed

@@ -32,6 +32,7 @@ class Compactor:
         self._mutex = threading.Lock()
         self.totals = CompactionStats()
         self.last: CompactionReport | None = None
+        self._written_at_last_start = 0
 
     def _views(self) -> list[policy.FileView]:
         store = self._store
@@ -79,7 +80,9 @@ class Compactor:
     def run(self, threshold: float | None = None, budget: int | None = None) -> CompactionReport:
         """Run one pass now (waiting for a running one to finish first)."""
         with self._mutex:
-            return self._pass(threshold, budget)
+            report = self._pass(threshold, budget)
+            self._store._shrink_index_if_sparse()
+            return report
 
     def _budget(self, budget: int | None) -> tuple[int, bool]:
         """The bytes this pass may copy, and whether that is a hard limit."""
@@ -162,6 +165,24 @@ class Compactor:
             return deleted
         finally:
             self._mutex.release()
+
+    def due(self) -> bool:
+        """Whether a pass should start before the next interval: sparse files
+        hold at least one data file's worth of dead bytes, and at least one data
+        file has been written since the last early start (so a file that cannot
+        be compacted does not start pass after pass)."""
+        store = self._store
+        size = store.options.max_file_size
+        written = store._journal.bytes_written
+        if written - self._written_at_last_start < size:
+            return False
+        with store._lock:
+            views = self._views()
+        threshold = store.options.compaction_threshold
+        if policy.sparse_dead_bytes(views, threshold, policy.min_gain_for(size)) < size:
+            return False
+        self._written_at_last_start = written
+        return True
 
     def make_room(self, needed: int, limit: int) -> None:
         """Space pressure: compact every file with any dead bytes, sealing the

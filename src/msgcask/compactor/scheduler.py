@@ -48,6 +48,17 @@ class CompactionScheduler:
         except Exception:
             log.exception("msgcask: background compaction pass failed")
 
+    def run_soon(self) -> None:
+        """Start the next pass now instead of at the next interval (no-op when
+        the schedule is off or paused; ignored while a pass runs)."""
+        if self._scheduler is None or self.paused:
+            return
+        from datetime import datetime
+
+        job = self._scheduler.get_job("compaction")
+        if job is not None:
+            job.modify(next_run_time=datetime.now(self._scheduler.timezone))
+
     def pause(self) -> None:
         self.paused = True
         if self._scheduler is not None:

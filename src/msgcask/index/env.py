@@ -25,6 +25,7 @@ from msgcask.index import keys
 INDEX_FORMAT_VERSION = 1
 MAP_SIZE = 2**40  # address space only; the file grows with the pages in use
 _TABLES = (b"meta", b"queues", b"order", b"msgs", b"files")
+SHRINK_DIR = "shrink"  # inside index/: where a compacted copy is built
 
 
 class IndexUnusable(Exception):
@@ -50,11 +51,18 @@ class IndexEnv:
     def __init__(self, path: str, *, readonly: bool = False):
         self.path = path
         self.readonly = readonly
+        if not readonly:
+            os.makedirs(path, exist_ok=True)
+            shutil.rmtree(os.path.join(path, SHRINK_DIR), ignore_errors=True)
+        self._open()
+        self.txn = self.env.begin(write=not readonly)
+        self.changes = 0  # index writes since the last commit
+
+    def _open(self) -> None:
+        readonly = self.readonly
         try:
-            if not readonly:
-                os.makedirs(path, exist_ok=True)
             self.env = lmdb.open(
-                path,
+                self.path,
                 map_size=MAP_SIZE,
                 max_dbs=len(_TABLES),
                 lock=False,
@@ -70,9 +78,8 @@ class IndexEnv:
             self.msgs = self.env.open_db(b"msgs", create=not readonly)
             self.files = self.env.open_db(b"files", create=not readonly)
         except lmdb.Error as e:
-            raise IndexUnusable(f"cannot open the index at {path}: {e}") from e
-        self.txn = self.env.begin(write=not readonly)
-        self.changes = 0  # index writes since the last commit
+            raise IndexUnusable(f"cannot open the index at {self.path}: {e}") from e
+        self._dbs = (self.meta, self.queues, self.order, self.msgs, self.files)
 
     # -- transactions --------------------------------------------------------------
 
@@ -84,6 +91,45 @@ class IndexEnv:
             raise Error(f"cannot commit the index at {self.path}: {e}") from e
         self.txn = self.env.begin(write=True)
         self.changes = 0
+
+    def pages(self) -> tuple[int, int]:
+        """(pages in use by the tables, pages the file holds). LMDB reuses freed
+        pages but never shrinks its file, so after a peak the second can be far
+        larger than the first."""
+        stats = [self.txn.stat(db) for db in self._dbs] + [self.env.stat()]
+        used = 2 + sum(  # the 2 meta pages, then each table's pages
+            s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"] for s in stats
+        )
+        return used, self.env.info()["last_pgno"] + 1
+
+    def shrink(self) -> None:
+        """Rewrite the index file without its free pages. Call right after a
+        commit (the copy holds the committed state, which the current
+        transaction must not have changed), with the store's lock held.
+
+        The compacted copy is written beside the file and renamed over it, so a
+        crash leaves either file whole; a leftover copy is removed on open.
+        """
+        spare = os.path.join(self.path, SHRINK_DIR)
+        shutil.rmtree(spare, ignore_errors=True)
+        os.makedirs(spare)
+        self.txn.abort()
+        try:
+            self.env.copy(spare, compact=True)
+            self.env.close()
+            try:
+                os.replace(os.path.join(spare, "data.mdb"), os.path.join(self.path, "data.mdb"))
+                fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            finally:
+                self._open()
+        finally:
+            shutil.rmtree(spare, ignore_errors=True)
+            self.txn = self.env.begin(write=True)
+            self.changes = 0
 
     def sync(self) -> None:
         """Flush committed index pages to disk (a clean close does this)."""
