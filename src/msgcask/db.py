@@ -754,11 +754,16 @@ class Store:
     def _read_put(self, msg_id: int, entry: Live) -> codec.Put | None:
         """Read and check a live message's record; quarantine it if damaged."""
         handle = self._handles[entry.file_id]
-        raw = handle.read(entry.offset, entry.size)
-        put = codec.read_put(raw)
+        try:
+            raw = handle.read(entry.offset, entry.size)
+        except OSError as e:  # a bad sector is damage too: do not wedge the queue
+            raw, read_error = b"", f"read error ({e.strerror})"
+        else:
+            read_error = ""
+        put = codec.read_put(raw) if raw else None
         if put is not None and put.msg_id == msg_id:
             return put
-        problem = (
+        problem = read_error or (
             "checksum mismatch or unparsable record"
             if put is None
             else (f"record holds message {put.msg_id}")

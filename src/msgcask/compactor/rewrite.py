@@ -61,9 +61,11 @@ class RewriteResult:
     files_rewritten: int
     bytes_copied: int
     bytes_reclaimed: int
+    skipped: tuple[int, ...] = ()  # victims with damaged records, left alone
 
 
 def rewrite(store: Store, victims: list[int]) -> RewriteResult:
+    skipped: list[int] = []
     copies: list[_Copy] = []
     put_ids: dict[int, list[int]] = {}
     for victim in victims:
@@ -74,6 +76,7 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
             # copied, so the file could not be deleted after the swap; and every
             # victim named in the MANIFEST must be. Leave it out of this pass.
             log.warning("msgcask: data file %d has damaged records; not compacted", victim)
+            skipped.append(victim)
             continue
         parts = []
         for chunk in needed.chunks(records, _CHUNK):
@@ -113,10 +116,10 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
         time.sleep(0)  # let foreground threads run between victims
     victims = list(put_ids)
     if not victims:
-        return RewriteResult(0, 0, 0)
+        return RewriteResult(0, 0, 0, tuple(skipped))
     if not copies:  # everything died since the plan: plain deletion will do
         files, freed = reclaim(store, victims)
-        return RewriteResult(files, 0, freed)
+        return RewriteResult(files, 0, freed, tuple(skipped))
 
     out_id, out, offsets = _write_output(store, victims, copies)
 
@@ -178,7 +181,7 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
     crash_point("compact.after_swap_commit")
     freed = delete_retired(store, retired)
     # Net bytes: what the victims held minus what their copy takes.
-    return RewriteResult(len(retired), out.size, freed - out.size)
+    return RewriteResult(len(retired), out.size, freed - out.size, tuple(skipped))
 
 
 def _write_output(

@@ -33,6 +33,9 @@ class Compactor:
         self.totals = CompactionStats()
         self.last: CompactionReport | None = None
         self._written_at_last_start = 0
+        # Files found with damaged records: never rewrite victims again (they are
+        # still deleted whole once nothing in them is needed).
+        self._damaged: set[int] = set()
 
     def _views(self) -> list[policy.FileView]:
         store = self._store
@@ -52,12 +55,15 @@ class Compactor:
             if not a.retired
         ]
 
+    def _rewritable(self, views: list[policy.FileView]) -> list[policy.FileView]:
+        return [v for v in views if v.file_id not in self._damaged or v.reclaimable]
+
     def _plan(self, threshold: float, budget: int, *, hard: bool = False) -> policy.Plan:
         with self._store._lock:
             views = self._views()
         max_file_size = self._store.options.max_file_size
         return policy.plan(
-            views,
+            self._rewritable(views),
             threshold=threshold,
             budget=budget,
             small_file=max_file_size // 8,
@@ -109,6 +115,7 @@ class Compactor:
         rewritten = copied = 0
         if plan.rewrite:
             result = rewrite(store, plan.rewrite)
+            self._damaged.update(result.skipped)
             rewritten, copied = result.files_rewritten, result.bytes_copied
             freed += result.bytes_reclaimed
         more_deleted, more_freed = self._reclaim_all(threshold, limit)

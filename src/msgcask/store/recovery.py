@@ -110,7 +110,7 @@ def open_data_files(fs: FileSystem, directory: str, *, writable: bool = True) ->
             path = os.path.join(directory, name)
             handle = fs.open(path, writable=writable)
             handles[file_id] = handle
-            raw = handle.read(0, fmt.FILE_HEADER_SIZE)
+            raw = _read_whole(handle, fmt.FILE_HEADER_SIZE)
             try:
                 header = codec.decode_file_header(raw, path)
             except CorruptionError as e:
@@ -137,6 +137,19 @@ def open_data_files(fs: FileSystem, directory: str, *, writable: bool = True) ->
             handle.close()
         raise
     return OpenedFiles(handles, headers, torn)
+
+
+def _read_whole(handle: DataFile, size: int | None = None) -> bytes:
+    """Read a data file (or its first ``size`` bytes); an I/O error becomes a
+    CorruptionError naming the file."""
+    try:
+        return handle.read(0, handle.size if size is None else size)
+    except OSError as e:
+        raise CorruptionError(
+            f"{handle.path}: cannot be read ({e.strerror}); copy what can be read of the "
+            "store elsewhere, or move this file out of the store and open it again",
+            path=handle.path,
+        ) from e
 
 
 def _bound_transaction(env: IndexEnv) -> None:
@@ -374,7 +387,7 @@ class Recovery:
         whether the file holds ACK or DELIVER records (rebuild's second pass
         skips files without them)."""
         handle = self.files.handles[file_id]
-        buf = handle.read(0, handle.size)
+        buf = _read_whole(handle)
         max_id = self.max_msg_id
         records = 0
         has_marks = False
