@@ -469,3 +469,19 @@ def test_rebuild_gives_puts_minus_acks_whatever_the_record_order(
             assert store.verify() == []
     finally:
         shutil.rmtree(tmp)
+
+
+@pytest.mark.parametrize("content", [b"", bytes(32), bytes(20)], ids=["empty", "zeros", "short"])
+def test_newest_data_file_without_a_header_is_removed_and_reported(
+    store_path: Path, content: bytes
+) -> None:
+    # A crash caught its creation before any byte of it reached the disk.
+    expected = make_store(store_path)
+    newest = store_path / data_file_name(2)
+    newest.write_bytes(content)
+    with open_store(store_path) as store:
+        [report] = store.recovery.corruptions
+        assert (report.file_id, report.action) == (2, "removed")
+        assert browse(store) == sorted(expected.items())
+        assert store.verify() == []
+    assert not newest.exists()
