@@ -1,6 +1,7 @@
 """fsync fails with EIO: the disk could not make written bytes durable.
 
-The caller must get a msgcask.Error, never a raw OSError.
+The caller must get a msgcask.Error, never a raw OSError, and a store whose close could
+not sync must still release its lock and reopen consistent.
 """
 
 from __future__ import annotations
@@ -28,3 +29,31 @@ def test_put_whose_fsync_fails_in_sync_always_raises_msgcask_error(store_path: P
     assert isinstance(err.value.__cause__, OSError)
     fs.fail_fsync = False
     store.close()
+
+
+def test_sync_whose_fsync_fails_raises_msgcask_error(store_path: Path) -> None:
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, "periodic")
+    store.queue("q").put(b"pending")  # something for the sync to make durable
+    fs.fail_fsync = True
+    with pytest.raises(msgcask.Error):
+        store.sync()
+    fs.fail_fsync = False
+    store.close()
+
+
+def test_close_whose_fsync_fails_raises_msgcask_error_and_releases_the_store(
+    store_path: Path,
+) -> None:
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, "periodic")
+    ids = [store.queue("q").put(b"m%d" % i) for i in range(3)]
+    fs.fail_fsync = True
+    with pytest.raises(msgcask.Error):
+        store.close()
+    with pytest.raises(msgcask.ClosedError):
+        store.queues()
+    with msgcask.open(store_path, compaction_interval=None) as reopened:
+        assert reopened.recovery.mode != "clean"  # the close did not complete
+        assert [m.id for m in reopened.queue("q").browse()] == ids
+        assert reopened.verify() == []

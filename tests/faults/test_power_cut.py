@@ -338,3 +338,25 @@ def test_power_cut_with_sync_never_after_a_compaction(store_path: Path, index: s
     assert all(p.stat().st_size >= fmt.FILE_HEADER_SIZE for p in store_path.glob("*.log"))
     with reopen(store_path) as store:
         assert copied <= live_ids(store) <= kept
+
+
+# -- ids ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index", INDEX)
+@pytest.mark.parametrize("sync", ["periodic", "never"])
+def test_ids_of_puts_lost_in_a_power_cut_are_not_handed_out_again(
+    store_path: Path, index: str, sync: str
+) -> None:
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, sync=sync)
+    q = store.queue("q")
+    kept = [q.put(body(i)) for i in range(3)]
+    store.sync()
+    fs.writeback()
+    lost = [q.put(body(100 + i)) for i in range(3)]  # returned, then lost with the power
+    power_cut(store, fs, index)
+    with reopen(store_path) as store:
+        assert live_ids(store) == set(kept)
+        new = store.queue("q").put(b"after the cut")
+        assert new > max(lost)
