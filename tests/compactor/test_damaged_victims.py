@@ -67,3 +67,25 @@ def test_damaged_file_is_kept_and_its_intact_messages_stay(tmp_path: Path) -> No
         assert store._message_state(damaged_id) == "quarantined"
         assert any(c.file_id == damaged_file for c in store.stats().corruptions)
         assert store.verify() == []
+
+
+def test_damaged_file_does_not_stall_compaction_of_the_other_files(tmp_path: Path) -> None:
+    # The damaged file is the emptiest, so the policy ranks it first every pass; with a
+    # budget below its copy cost it is the pass's only victim, and the rewrite skips it.
+    # If nothing else may run, the other sparse files are never compacted.
+    path = tmp_path / "store"
+    with _open(path) as store:
+        kept = _fill(store, files=4, keep_in_first=3)
+    damaged_file = _flip_byte_of(path, kept[0])
+    with _open(path, compaction_budget=2048) as store:
+        others = [f.file_id for f in store.stats().files if not f.active]
+        others.remove(damaged_file)
+        assert len(others) >= 2
+        for _ in range(6):
+            store.compact()
+        left = {f.file_id for f in store.stats().files}
+        assert not left & set(others), (
+            f"sparse files never compacted next to damaged file {damaged_file}: "
+            f"{[(f.file_id, f.size, f.kept_by) for f in store.stats().files]}"
+        )
+        assert store.verify() == []
