@@ -57,3 +57,28 @@ def test_close_whose_fsync_fails_raises_msgcask_error_and_releases_the_store(
         assert reopened.recovery.mode != "clean"  # the close did not complete
         assert [m.id for m in reopened.queue("q").browse()] == ids
         assert reopened.verify() == []
+
+
+def test_after_a_failed_fsync_the_store_refuses_writes_until_reopened(
+    store_path: Path,
+) -> None:
+    # Retrying an fsync that failed can report success for pages the kernel dropped:
+    # the only safe answer is to stop writing and let recovery judge on reopen.
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, "always")
+    q = store.queue("q")
+    first = q.put(b"durable")
+    fs.fail_fsync = True
+    with pytest.raises(msgcask.Error):
+        q.put(b"maybe")
+    fs.fail_fsync = False  # the disk "recovers": still no more writes from this store
+    with pytest.raises(msgcask.Error, match="refuses writes"):
+        q.put(b"refused")
+    with pytest.raises(msgcask.Error, match="refuses writes"):
+        q.get(block=False)  # a get writes a DELIVER record
+    store.close()
+    with msgcask.open(store_path, compaction_interval=None) as reopened:
+        bodies = [bytes(m.body) for m in reopened.queue("q").browse()]
+        assert bodies[0] == b"durable" and b"refused" not in bodies
+        assert reopened.queue("q").put(b"writes again") > first
+        assert reopened.verify() == []
