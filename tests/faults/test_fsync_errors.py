@@ -39,6 +39,8 @@ def test_sync_whose_fsync_fails_raises_msgcask_error(store_path: Path) -> None:
     with pytest.raises(msgcask.Error):
         store.sync()
     fs.fail_fsync = False
+    with pytest.raises(msgcask.Error, match="refuses writes"):
+        store.queue("q").put(b"after")  # periodic mode stops writing too
     store.close()
 
 
