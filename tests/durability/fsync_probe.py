@@ -3,7 +3,7 @@
 Usage: python fsync_probe.py <store> <sync> <scenario>
 The os functions are wrapped *before* msgcask is imported, so even a module that
 imported them by name is observed. Prints one JSON document: the scenario's events
-("put" with start/end times) and the data-file syncs ("sync" with start/end times).
+("put" and "ack" with start/end times) and the data-file syncs ("sync", start/end times).
 """
 
 from __future__ import annotations
@@ -52,6 +52,15 @@ def timed_put(q: Any, body: bytes) -> None:
         events.append({"kind": "put", "start": start, "end": end})
 
 
+def timed_ack(q: Any) -> None:
+    m = q.get(block=False)
+    start = time.monotonic()
+    q.ack(m)
+    end = time.monotonic()
+    with _lock:
+        events.append({"kind": "ack", "start": start, "end": end})
+
+
 def main() -> None:
     path, sync, scenario = sys.argv[1:4]
     store = msgcask.open(path, sync=sync, sync_interval=0.05, compaction_interval=None)
@@ -70,6 +79,8 @@ def main() -> None:
             t.start()
         for t in threads:
             t.join()
+        for _ in range(10):
+            timed_ack(q)
         time.sleep(0.5)  # give a background syncer the chance to show itself
     marks["before_close"] = time.monotonic()
     store.close()
