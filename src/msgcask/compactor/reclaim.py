@@ -20,6 +20,7 @@ import os
 from typing import TYPE_CHECKING
 
 from msgcask.compactor import needed
+from msgcask.index.keys import Acked
 from msgcask.store.filenames import data_file_name
 from msgcask.store.fs import crash_point
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from msgcask.db import Store
 
 log = logging.getLogger("msgcask")
+_CHUNK = 1024  # lookups per lock hold
 
 
 def reclaim(store: Store, file_ids: list[int]) -> tuple[int, int]:
@@ -52,25 +54,49 @@ def _retire(store: Store, file_ids: list[int], retired: list[int]) -> None:
         acct = store._acct.files.get(file_id)
         if acct is None or acct.retired:
             continue
-        put_ids: list[int] = []
-        if acct.dead_puts:
-            # Sealed files never change, so the read needs no lock.
-            records = needed.parse(store._handles[file_id].read_all())
-            put_ids = [msg_id for msg_id, _ in records.puts]
         with store._lock:
-            acct = store._acct[file_id]
             if not acct.reclaimable or file_id == store._journal.head_id:
                 continue  # something became needed again since the plan
-            store._catalog.release_dead_puts(file_id, put_ids)
-            if acct.dead_puts:
-                log.error(
-                    "msgcask: file %d still has %d unreleased PUT records; kept",
-                    file_id,
-                    acct.dead_puts,
-                )
+        if acct.dead_puts and not _release(store, file_id):
+            continue
+        with store._lock:
+            if not acct.reclaimable or acct.dead_puts:
                 continue
             acct.retired = True
             retired.append(file_id)
+
+
+def _release(store: Store, file_id: int) -> bool:
+    """Release the ACKs that only had to outlive this file's dead PUT records.
+
+    Nothing changes unless every such record is found: if one is unreadable
+    (damage) the file cannot be deleted, and ACKs released for the others would
+    let their files go while these PUT records stay: a rebuild would bring the
+    messages back. Runs in short lock holds; a reclaimable sealed file gains no dead PUT
+    records meanwhile (all its messages are consumed, and only the compactor,
+    which is running this, releases them).
+    """
+    records = needed.parse(store._handles[file_id].read_all())  # sealed: no lock needed
+    ids = [msg_id for msg_id, _ in records.puts]
+    pending: list[int] = []
+    for start in range(0, len(ids), _CHUNK):
+        with store._lock:
+            for msg_id in ids[start : start + _CHUNK]:
+                entry = store._catalog.lookup(msg_id)
+                if isinstance(entry, Acked) and entry.put_file == file_id:
+                    pending.append(msg_id)
+    if len(pending) != store._acct.files[file_id].dead_puts:
+        log.error(
+            "msgcask: file %d: found %d of its %d consumed PUT records (damaged?); kept",
+            file_id,
+            len(pending),
+            store._acct.files[file_id].dead_puts,
+        )
+        return False
+    for start in range(0, len(pending), _CHUNK):
+        with store._lock:
+            store._catalog.release_dead_puts(file_id, pending[start : start + _CHUNK])
+    return True
 
 
 def delete_retired(store: Store, file_ids: list[int]) -> int:
