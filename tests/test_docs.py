@@ -15,7 +15,9 @@ docs/format.md marks its tables with HTML comments on the line before them:
 
 docs/tuning.md marks its settings table with ``<!-- settings -->``: first column
 the option name, a ``Default`` column holding a Python expression in backticks.
-docs/design.md must name every crash point in the source.
+docs/design.md must name every crash point in the source. docs/operations.md must
+list every command of the CLI, and its session's ``$ msgcask ...`` outputs must be
+what the CLI prints for the store the session describes.
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ import pytest
 
 import msgcask
 from msgcask import db, options
-from msgcask.compactor import policy, rewrite
+from msgcask.compactor import policy, rewrite, runner
 from msgcask.index import accounting, env, keys
 from msgcask.options import Options
-from msgcask.store import filenames, fs
+from msgcask.store import filenames, fs, recovery
 from msgcask.store import format as fmt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +79,9 @@ QUALIFIED_MODULES: dict[str, ModuleType] = {
     "db": db,
     "options": options,
     "policy": policy,
+    "recovery": recovery,
     "rewrite": rewrite,
+    "runner": runner,
 }
 
 _TYPE_WIDTH = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "f64": 8}
@@ -408,3 +412,78 @@ def test_docs_link_to_existing_pages_and_anchors() -> None:
             assert page in pages, f"docs/{name} links to missing {page}"
             if anchor:
                 assert anchor in anchors(pages[page]), f"docs/{name}: no #{anchor} in {page}"
+
+
+# -- operations.md ---------------------------------------------------------------------
+
+
+def _command_table_names() -> set[str]:
+    text = (DOCS / "operations.md").read_text(encoding="utf-8")
+    return set(re.findall(r"^\| `msgcask ([a-z-]+)", text, re.M))
+
+
+def test_every_cli_command_is_in_the_command_table() -> None:
+    from msgcask.cli.main import main
+
+    assert _command_table_names() == set(main.commands), (
+        f"docs/operations.md lists {_command_table_names()}, the CLI has {set(main.commands)}"
+    )
+
+
+def _session_commands() -> list[tuple[str, list[str]]]:
+    """(command line, output lines) of every ``$ msgcask`` line in the session."""
+    text = (DOCS / "operations.md").read_text(encoding="utf-8")
+    section = text[text.index("### A session") : text.index("### Finding damage")]
+    out: list[tuple[str, list[str]]] = []
+    fenced = in_shell = False
+    for line in section.splitlines():
+        if line.startswith("```"):
+            fenced, in_shell = not fenced, False
+        elif fenced and line.startswith("$ msgcask "):
+            out.append((line[2:], []))
+            in_shell = True
+        elif fenced and in_shell:
+            out[-1][1].append(line)
+    return out
+
+
+def _normalize(line: str) -> str:
+    return re.sub(r"in \d+\.\d+ s", "in N s", line)
+
+
+def test_session_output_is_what_the_cli_prints(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from msgcask.cli.main import main
+
+    doc_path = "/tmp/orders-store"
+    path = tmp_path / "orders-store"
+    opts: dict[str, Any] = {"max_file_size": 64 * 1024, "compaction_interval": None}
+    with msgcask.open(path, **opts) as s:
+        orders, audit = s.queue("orders"), s.queue("audit")
+        audit.put(b"kept for later", headers={"kind": "audit"})
+        for i in range(400):
+            orders.put(b"x" * 200, headers={"n": str(i)})
+        for _ in range(400):
+            orders.ack(orders.get(timeout=1))
+        for _ in range(200):
+            orders.put(b"y" * 200)
+    commands = _session_commands()
+    assert len(commands) >= 6, commands
+    runner = CliRunner()
+    for command, expected in commands:
+        args = command.split()[1:]
+        assert doc_path in args, command
+        args = [str(path) if a == doc_path else a for a in args]
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, (command, result.output)
+        got = result.output.replace(str(path), doc_path).splitlines()
+        if "..." in expected:  # an abridged listing: compare the lines shown
+            assert set(expected) - {"..."} <= set(got), command
+            continue
+        # The index's size on disk depends on the file system.
+        keep = [i for i, line in enumerate(expected) if not line.startswith("disk bytes")]
+        assert len(got) == len(expected), (command, got)
+        assert [_normalize(got[i]) for i in keep] == [_normalize(expected[i]) for i in keep], (
+            command
+        )
