@@ -52,7 +52,12 @@ def summary(doc: dict[str, Any]) -> str:
                 fmt(sp["final_disk_bytes"], ".1f", 1 / MiB),
                 fmt(sp["max_amplification"], ".1f"),
                 fmt(r["write_amplification"], ".2f"),
-                fmt(r["peak_rss_bytes"], ".0f", 1 / MiB),
+                fmt(r["peak_rss_bytes"], ".0f", 1 / MiB)
+                + (
+                    f" (+{(r['peak_rss_bytes'] - r['start_rss_bytes']) / MiB:.0f})"
+                    if r["peak_rss_bytes"] is not None and r["start_rss_bytes"] is not None
+                    else ""
+                ),
                 str(comp["passes"]) if comp.get("passes") is not None else "-",
                 fmt(r["reopen"]["clean_seconds"], ".3f"),
                 fmt(crash, ".3f"),
@@ -74,7 +79,7 @@ def summary(doc: dict[str, Any]) -> str:
                 "final disk MiB",
                 "max disk/live",
                 "write amp",
-                "peak RSS MiB",
+                "peak RSS MiB (+run)",
                 "passes",
                 "reopen s",
                 "crash reopen s",

@@ -88,6 +88,8 @@ def derived_metrics(run: dict[str, Any]) -> dict[str, Any]:
         if run["io_bytes_written"] is not None and bytes_put
         else None,
         "peak_rss_bytes": max(rss) if rss else None,
+        # Subjects share one process: what a run adds is peak minus start.
+        "start_rss_bytes": rss[0] if rss else None,
         "compaction": stats.get("compaction") if stats else None,
     }
 
