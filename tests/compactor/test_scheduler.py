@@ -61,17 +61,22 @@ def _thread_ids() -> set[int | None]:
     return {t.ident for t in threading.enumerate()}
 
 
+def _compacted(store: msgcask.Store) -> bool:
+    """The ~10 sparse files are gone: what is left is the live data (in compacted files)
+    and the write head (which holds the ACKs, so up to a file)."""
+    st = store.stats()
+    return st.data_bytes <= 2 * st.live_bytes + 2 * MFS
+
+
 def _rewritten(store: msgcask.Store) -> int:
     return store.stats().compaction.files_rewritten
 
 
 def test_background_job_compacts_without_a_compact_call(tmp_path: Path) -> None:
     with _open(tmp_path / "store") as store:
-        big = _make_sparse_files(store)
+        _make_sparse_files(store)  # ~10 files; the job may start on them at once
         _wait_for(lambda: _rewritten(store) > 0, "a background pass to rewrite a file")
-        _wait_for(
-            lambda: store.stats().data_bytes < big // 3, "the background job to shrink the store"
-        )
+        _wait_for(lambda: _compacted(store), "the background job to shrink the store")
         assert store.last_compaction is not None
         assert store.stats().compaction.passes >= 1
         assert len(store.queue("s")) == 24
@@ -100,7 +105,7 @@ def test_paused_compaction_leaves_garbage_until_resumed(tmp_path: Path) -> None:
 
         store.resume_compaction()
         _wait_for(lambda: _rewritten(store) > 0, "a pass after resume_compaction()")
-        _wait_for(lambda: store.stats().data_bytes < big // 3, "the store to shrink")
+        _wait_for(lambda: _compacted(store), "the store to shrink")
         assert store.verify() == []
 
 
