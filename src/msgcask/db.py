@@ -16,6 +16,7 @@ committed every ``sync_interval`` with the journal position it reflects.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -23,7 +24,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import lmdb
 
@@ -74,6 +75,23 @@ _PURGE_CHUNK = 10_000
 _SHRINK_MIN_FREE_PAGES = 256  # 1 MiB of free index pages before shrinking pays
 # Far more ids than a store hands out in one sync_interval.
 ID_BLOCK_AFTER_CRASH = 2**20
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _index_errors(method: _Method) -> _Method:
+    """Re-raise LMDB failures of a Store method as IndexFailedError (the index
+    is then rebuilt on the next open)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except lmdb.Error as e:
+            raise self._index_failed(e) from e
+
+    return cast(_Method, wrapper)
 
 
 @dataclass
@@ -344,6 +362,7 @@ class Store:
             except Exception:  # keep flushing; the next foreground write will raise
                 log.exception("msgcask: background sync failed")
 
+    @_index_errors
     def sync(self) -> None:
         """fsync the journal (unless sync="never") and commit the index."""
         self._check_open()
@@ -456,6 +475,7 @@ class Store:
 
     # -- queues ----------------------------------------------------------------------
 
+    @_index_errors
     def queue(
         self,
         name: str,
@@ -498,12 +518,14 @@ class Store:
             self._queues[name] = rt
         return rt
 
+    @_index_errors
     def queues(self) -> list[str]:
         """Names of the queues in the store, sorted."""
         with self._lock:
             self._check_open()
             return sorted(self._catalog.queue_ids)
 
+    @_index_errors
     def delete_queue(self, name: str) -> int:
         """Delete queue ``name`` and every message in it (delivered or not).
 
@@ -897,6 +919,7 @@ class Store:
 
     # -- inspection ------------------------------------------------------------------
 
+    @_index_errors
     def stats(self) -> StoreStats:
         """Sizes, live data and per-file accounting (see ``StoreStats``)."""
         with self._lock:
@@ -934,6 +957,7 @@ class Store:
 
     # -- compaction --------------------------------------------------------------------
 
+    @_index_errors
     def compact(self, threshold: float | None = None) -> CompactionReport:
         """Run one compaction pass now and report what it did.
 
@@ -962,6 +986,7 @@ class Store:
         """The report of the most recent pass (background or not), or None."""
         return self._compactor.last
 
+    @_index_errors
     def why_kept(self, file_id: int) -> KeptReport:
         """Say what keeps data file ``file_id`` on disk: live messages (queue, id),
         ACKs still needed (id, file of the PUT they cancel) and delivery counts."""
@@ -986,6 +1011,7 @@ class Store:
                 file_id == self._journal.head_id,
             )
 
+    @_index_errors
     def verify(self) -> list[str]:
         """Check the index against the data files; return the problems found
         (empty when the store is consistent). Reads every data file: slow on

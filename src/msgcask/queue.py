@@ -115,7 +115,10 @@ class Queue:
 
     def browse(self) -> Iterator[Message]:
         """Iterate over the queue's messages in delivery order without delivering them."""
-        return self._store._browse(self.name)
+        try:
+            yield from self._store._browse(self.name)
+        except lmdb.Error as e:
+            raise self._store._index_failed(e) from e
 
     def purge(self) -> int:
         """Remove every available (not delivered) message; return how many."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import lmdb
+
 if TYPE_CHECKING:
     from msgcask.db import Store
 
@@ -45,6 +47,8 @@ class CompactionScheduler:
     def _run(self) -> None:
         try:
             self._store._compact_in_background()
+        except lmdb.Error as e:
+            self._store._index_failed(e)  # logged; the index is rebuilt on the next open
         except Exception:
             log.exception("msgcask: background compaction pass failed")
 

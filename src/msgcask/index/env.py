@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import lmdb
 
-from msgcask.errors import Error, FormatVersionError
+from msgcask.errors import FormatVersionError
 from msgcask.index import keys
 
 INDEX_FORMAT_VERSION = 1
@@ -87,10 +87,12 @@ class IndexEnv:
         """Commit the current transaction and start the next one."""
         try:
             self.txn.commit()
-        except lmdb.Error as e:
-            raise Error(f"cannot commit the index at {self.path}: {e}") from e
-        self.txn = self.env.begin(write=True)
-        self.changes = 0
+        finally:
+            # On failure LMDB has aborted the transaction: begin a fresh one so the
+            # store can still close; the caller reports the lmdb.Error (the store
+            # then distrusts the index and rebuilds it on the next open).
+            self.txn = self.env.begin(write=True)
+            self.changes = 0
 
     def pages(self) -> tuple[int, int]:
         """(pages in use by the tables, pages the file holds). LMDB reuses freed

@@ -65,6 +65,7 @@ def derived_metrics(run: dict[str, Any]) -> dict[str, Any]:
     stats = run.get("final_stats") or {}
     bytes_put = run["bytes_put"]
     rss = [s["rss_bytes"] for s in samples if s["rss_bytes"] is not None]
+    anon = [s["rss_anon_bytes"] for s in samples if s.get("rss_anon_bytes") is not None]
     files = [s["data_files"] for s in samples if s.get("data_files") is not None]
     written, record_bytes = stats.get("bytes_written"), stats.get("bytes_put")
     store_live = stats.get("live_bytes")
@@ -90,6 +91,7 @@ def derived_metrics(run: dict[str, Any]) -> dict[str, Any]:
         "peak_rss_bytes": max(rss) if rss else None,
         # Subjects share one process: what a run adds is peak minus start.
         "start_rss_bytes": rss[0] if rss else None,
+        "peak_rss_anon_bytes": max(anon) if anon else None,
         "compaction": stats.get("compaction") if stats else None,
     }
 

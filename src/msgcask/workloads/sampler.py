@@ -32,6 +32,19 @@ def _statm_rss() -> int | None:
         return None
 
 
+def anon_rss_bytes() -> int | None:
+    """The anonymous part of RSS (heap, stacks): RSS minus file-backed pages such as the
+    LMDB memory map, which the OS can drop like page cache (Linux ``RssAnon``)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def written_bytes() -> int | None:
     """Bytes this process passed to write calls so far (Linux ``write_chars``)."""
     try:
@@ -101,6 +114,7 @@ class Sampler:
             "messages_put": put_msgs,
             "messages_acked": acked_msgs,
             "rss_bytes": rss_bytes(),
+            "rss_anon_bytes": anon_rss_bytes(),
         }
         comp = (stats or {}).get("compaction") or {}
         for key in STORE_KEYS:
