@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from msgcask.index import keys
 from msgcask.index.accounting import Accounting
 from msgcask.index.env import IndexEnv
-from msgcask.index.keys import STATE_ACKED, STATE_LIVE, Acked, Live
+from msgcask.index.keys import STATE_LIVE, Acked, Live
 
 
 class Catalog:
@@ -92,6 +92,13 @@ class Catalog:
         value = self.env.txn.get(keys.msg_key(msg_id), db=self.env.msgs)
         return None if value is None else keys.unpack_msg(value)
 
+    def _live(self, msg_id: int, entry: Live | None) -> Live | None:
+        """``entry`` if the caller has it, else the message's live entry (or None)."""
+        if entry is not None:
+            return entry
+        found = self.lookup(msg_id)
+        return found if isinstance(found, Live) else None
+
     def _store(self, msg_id: int, entry: Live) -> None:
         self.env.txn.put(keys.msg_key(msg_id), keys.pack_live(entry), db=self.env.msgs)
 
@@ -160,15 +167,11 @@ class Catalog:
         """Record an ACK record in ``ack_file``; return the live entry it ended,
         or None if the message was not live (replay of an old or repeated ACK)."""
         txn = self.env.txn
+        entry = self._live(msg_id, entry)
         if entry is None:
-            found = self.lookup(msg_id)
-            if found is None or found.state == STATE_ACKED:
-                return None
-            entry = found  # type: ignore[assignment]
-        assert isinstance(entry, Live)
-        if entry.state == STATE_LIVE:
-            txn.delete(keys.order_key(entry.queue_id, entry.priority, msg_id), db=self.env.order)
-            self._count(entry.queue_id, -1)
+            return None
+        txn.delete(keys.order_key(entry.queue_id, entry.priority, msg_id), db=self.env.order)
+        self._count(entry.queue_id, -1)
         stats = self.acct[entry.file_id]
         stats.live_bytes -= entry.size
         stats.live_messages -= 1
@@ -192,13 +195,8 @@ class Catalog:
         """Record a DELIVER record in ``file_id`` carrying count ``deliveries``;
         return the updated entry (None if the message is not live or the record
         is older than what the index knows)."""
-        if entry is None:
-            found = self.lookup(msg_id)
-            if found is None or found.state == STATE_ACKED:
-                return None
-            entry = found  # type: ignore[assignment]
-        assert isinstance(entry, Live)
-        if deliveries <= entry.deliveries:
+        entry = self._live(msg_id, entry)
+        if entry is None or deliveries <= entry.deliveries:
             return None
         if entry.deliver_file:
             self.acct.drop_mark(entry.deliver_file)
