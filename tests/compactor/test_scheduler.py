@@ -195,3 +195,24 @@ def test_no_interval_runs_no_job(tmp_path: Path) -> None:
         store.resume_compaction()
         time.sleep(3 * INTERVAL)
         assert store.stats().compaction.passes == 0
+
+
+def test_background_job_uses_the_configured_threshold(tmp_path: Path) -> None:
+    # Files ~4% live: above a threshold of 1%, so scheduled passes run but rewrite none;
+    # an explicit pass at 0.5 does.
+    store = msgcask.open(
+        tmp_path / "store",
+        max_file_size=MFS,
+        compaction_interval=INTERVAL,
+        compaction_threshold=0.01,
+    )
+    with store:
+        big = _make_sparse_files(store)
+        passes = store.stats().compaction.passes
+        _wait_for(
+            lambda: store.stats().compaction.passes >= passes + 3, "three more scheduled passes"
+        )
+        st = store.stats()
+        assert st.compaction.files_rewritten == 0, "a pass ignored compaction_threshold"
+        assert st.data_bytes >= big
+        assert store.compact(threshold=0.5).files_rewritten > 0
