@@ -179,9 +179,10 @@ class PeakFS(FileSystem):
 
 
 def test_compaction_never_takes_the_disk_over_max_store_size(tmp_path: Path) -> None:
-    # Seven sealed files 40% live under an 8-file limit: the put path never felt
-    # pressure. A default pass (threshold 0.5, budget 64 MiB) copies all of them into
-    # one output before deleting them: ~2.5 files written on top of 7 in an 8-file store.
+    # Six or seven sealed files 40% live under an 8-file limit: the put path never felt
+    # pressure. The copy is written before its victims are deleted, so a pass may only
+    # copy what fits in the headroom: an uncapped pass (threshold 0.5, budget 64 MiB)
+    # would write ~2.5 files on top of 7 in an 8-file store.
     path = tmp_path / "store"
     limit = 8 * MFS
     fs = PeakFS(path)
@@ -207,13 +208,16 @@ def test_compaction_never_takes_the_disk_over_max_store_size(tmp_path: Path) -> 
         before = store.stats()
         assert before.data_bytes + MFS <= limit
         fs.peak = 0
-        report = store.compact()
-        assert report.files_rewritten >= 1
+        reports = [store.compact() for _ in range(3)]
         assert fs.peak <= limit, (
-            f"the pass took the data files to {fs.peak} bytes on disk, over "
-            f"max_store_size={limit} (before: {before.data_bytes}, copied "
-            f"{report.bytes_copied})"
+            f"a pass took the data files to {fs.peak} bytes on disk, over "
+            f"max_store_size={limit} (before: {before.data_bytes}, {reports})"
         )
+        # Capped, but still useful: each pass frees space, and a few of them a lot.
+        assert reports[0].files_rewritten >= 1 and reports[0].bytes_reclaimed > 0
+        after = store.stats().data_bytes
+        assert after <= 0.7 * before.data_bytes, f"{before.data_bytes} -> {after}: {reports}"
+        assert len(held) == len(list(q.browse()))
         assert store.verify() == []
     finally:
         store.close()
