@@ -86,6 +86,7 @@ class FaultyFileSystem(FileSystem):
     * ``short_write = n``: the next append writes its first ``n`` bytes, then raises ENOSPC;
     * ``fail_truncate``: truncate raises EIO (so a failed append's bytes stay on disk);
     * ``fail_fsync``: fsync raises EIO (the disk could not make the bytes durable);
+    * ``fail_fsync_dir``: fsync of a directory raises EIO;
     * ``bad_bytes[path] = {offset, ...}``: reads covering those offsets get a bit flipped;
     * ``bad_sectors[path] = {offset, ...}``: reads covering those offsets fail with EIO.
     """
@@ -96,6 +97,7 @@ class FaultyFileSystem(FileSystem):
         self.short_write: int | None = None
         self.fail_truncate = False
         self.fail_fsync = False
+        self.fail_fsync_dir = False
         self.before_fsync: Callable[[], None] | None = None  # a hook to stall fsyncs
         self.bad_bytes: dict[str, set[int]] = {}
         self.bad_sectors: dict[str, set[int]] = {}  # reads covering these offsets: EIO
@@ -152,6 +154,8 @@ class FaultyFileSystem(FileSystem):
             self.unsynced_unlinks[path] = keep
 
     def fsync_dir(self, path: str) -> None:
+        if self.fail_fsync_dir:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
         super().fsync_dir(path)
         here = os.path.normpath(path)
         with self.mutex:

@@ -106,3 +106,10 @@ def test_bad_sector_fails_only_the_reads_that_cover_it(
     assert handle.read(0, 50) == bytes(50)
     assert handle.read(51, 49) == bytes(49)
     handle.close()
+
+
+def test_failing_directory_fsync(fs: FaultyFileSystem, tmp_path: Path) -> None:
+    fs.fail_fsync_dir = True
+    with pytest.raises(OSError) as err:
+        fs.fsync_dir(str(tmp_path))
+    assert err.value.errno == errno.EIO
