@@ -106,6 +106,10 @@ def test_deep_queue_reports_latency_per_tenth_of_depth(run_tiny: Run) -> None:
     deciles = _only_msgcask(doc)["phases"]["deep_queue"]["deciles"]
     assert [d["depth_upto"] for d in deciles] == [TINY["depth"] * k // 10 for k in range(1, 11)]
     assert sum(d["count"] for d in deciles) == TINY["depth"]
+    samples = _only_msgcask(doc)["samples"]
+    # the runner counts its own latency arrays: 8 bytes per put for the decile, 16 per op log
+    assert samples[-1]["runner_buffer_bytes"] == TINY["depth"] * (8 + 16)
+    assert samples[-1]["rss_anon_bytes"] > 0
 
 
 def test_threads_share_the_messages(run_tiny: Run) -> None:

@@ -13,6 +13,7 @@ import functools
 import random
 import threading
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,7 @@ class Context:
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    buffers: list[array[float]] = field(default_factory=list)  # extra latency arrays
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def phase(self, name: str) -> Recorder:
@@ -92,6 +94,12 @@ class Context:
             sum(r.messages(GET_ACK) for r in recs),
             sum(r.bytes(GET_ACK) for r in recs),
         )
+
+    def buffer_bytes(self) -> int:
+        """Bytes the runner itself holds in latency arrays (it grows with the run)."""
+        recs = list(self.recorders.values())
+        extra = sum(a.itemsize * len(a) for a in list(self.buffers))
+        return sum(r.buffer_bytes() for r in recs) + extra
 
     def fail(self, where: str, exc: BaseException) -> None:
         with self.lock:
@@ -128,7 +136,7 @@ def produce(
     indices: range,
     headers_for: Callable[[int], dict[str, str] | None] | None = None,
     priority: int = NORMAL,
-    depth_log: list[list[float]] | None = None,
+    depth_log: list[array[float]] | None = None,
 ) -> None:
     """Put ``indices`` in batches of ``cfg.batch``; time each call."""
     subject, payloads, batch = ctx.subject, ctx.payloads, ctx.cfg.batch
@@ -156,7 +164,7 @@ def producers(
     start: int,
     stop: int,
     headers_for: Callable[[int], dict[str, str] | None] | None = None,
-    depth_logs: list[list[list[float]]] | None = None,
+    depth_logs: list[list[array[float]]] | None = None,
 ) -> list[tuple[str, Callable[[], None]]]:
     """``cfg.producers`` workers sharing [start, stop) in strides."""
     n = ctx.cfg.producers
@@ -461,7 +469,9 @@ def run_deep_queue(ctx: Context) -> None:
     """Put D messages, consume none; put latency per tenth of the depth."""
     cfg = ctx.cfg
     rec = ctx.phase("main")
-    depth_logs: list[list[list[float]]] = [[[] for _ in range(10)] for _ in range(cfg.producers)]
+    # arrays, not lists of floats: the runner's own memory must not hide the store's
+    depth_logs = [[array("d") for _ in range(10)] for _ in range(cfg.producers)]
+    ctx.buffers.extend(a for per in depth_logs for a in per)
     run_threads(ctx, producers(ctx, rec, 0, cfg.depth, None, depth_logs))
     deciles = []
     for k in range(10):

@@ -171,8 +171,12 @@ def _memory(plt: Any, runs: list[dict[str, Any]], title: str) -> Any:
     for run in runs:
         pts = [(s["messages_put"], s["rss_bytes"] / MiB) for s in run["samples"] if s["rss_bytes"]]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], label=run["label"])
+        # The runner's own latency arrays grow with the run; leave them out.
         anon = [
-            (x["messages_put"], x["rss_anon_bytes"] / MiB)
+            (
+                x["messages_put"],
+                (x["rss_anon_bytes"] - (x.get("runner_buffer_bytes") or 0)) / MiB,
+            )
             for x in run["samples"]
             if x.get("rss_anon_bytes")
         ]
@@ -182,10 +186,10 @@ def _memory(plt: Any, runs: list[dict[str, Any]], title: str) -> Any:
                 [p[1] for p in anon],
                 ":",
                 color=ax.lines[-1].get_color(),
-                label=f"{run['label']} (anonymous)",
+                label=f"{run['label']} (anonymous, less the runner's buffers)",
             )
     ax.set_xlabel("messages put")
-    ax.set_ylabel("RSS (MiB); dotted: without file-backed pages")
+    ax.set_ylabel("RSS (MiB)")
     ax.legend(fontsize=7)
     ax.set_title(f"{title}: resident memory (one process, runs in turn)")
     fig.tight_layout()

@@ -73,6 +73,14 @@ class Recorder:
             for op in OPS:
                 self._logs[op].extend(other._logs[op])
 
+    def buffer_bytes(self) -> int:
+        """Bytes held in this recorder's latency arrays."""
+        return sum(
+            lg.ends.itemsize * len(lg.ends) + lg.lats.itemsize * len(lg.lats)
+            for op in OPS
+            for lg in list(self._logs[op])
+        )
+
     def samples(self, op: str) -> tuple[list[float], list[float]]:
         """(end times, latencies) of ``op`` over every thread, in time order."""
         pairs: list[tuple[float, float]] = []

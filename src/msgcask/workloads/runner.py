@@ -79,7 +79,7 @@ def run_one(cfg: RunConfig, name: str, compaction: bool, base: str) -> dict[str,
             bar.refresh()
 
     wchar0 = written_bytes()
-    sampler = Sampler(subject, ctx.t0, cfg.interval, ctx.totals, on_sample)
+    sampler = Sampler(subject, ctx.t0, cfg.interval, ctx.totals, on_sample, ctx.buffer_bytes)
     sampler.start()
     timer = _time_limit(ctx, cfg.time_limit)
     try:

@@ -72,12 +72,14 @@ class Sampler:
         interval: float,
         counts: Callable[[], tuple[int, int, int, int]],
         on_sample: Callable[[dict[str, Any]], None] | None = None,
+        buffers: Callable[[], int] | None = None,
     ) -> None:
         self.subject = subject
         self.t0 = t0
         self.interval = interval
         self.counts = counts
         self.on_sample = on_sample
+        self.buffers = buffers
         self.samples: list[dict[str, Any]] = []
         self.compaction_events: list[float] = []  # times at which a pass completed
         self.errors: list[str] = []
@@ -115,6 +117,7 @@ class Sampler:
             "messages_acked": acked_msgs,
             "rss_bytes": rss_bytes(),
             "rss_anon_bytes": anon_rss_bytes(),
+            "runner_buffer_bytes": self.buffers() if self.buffers is not None else None,
         }
         comp = (stats or {}).get("compaction") or {}
         for key in STORE_KEYS:
