@@ -84,7 +84,7 @@ def test_demo_command(tmp_path: Path) -> None:
         demo,
         [
             "-n",
-            "1500",
+            "1000",
             "--size",
             "256",
             "--max-file-size",
