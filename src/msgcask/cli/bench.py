@@ -168,8 +168,10 @@ SIZE = SizeType()
 @click.option(
     "--time-limit",
     type=float,
-    default=None,
-    help="Seconds per subject; a run still going then stops and is marked incomplete.",
+    default=600.0,
+    show_default=True,
+    help="Seconds per subject; a run still going then stops and is marked incomplete "
+    "(a slow peer at full size can take hours).",
 )
 @click.option("--no-reopen", is_flag=True, help="Skip the reopen and kill -9 measurements.")
 @click.option(

@@ -29,10 +29,18 @@ def fmt(value: float | None, spec: str = ".0f", scale: float = 1.0) -> str:
 def summary(doc: dict[str, Any]) -> str:
     """Everything a reader needs from a result, as text."""
     p = doc["params"]
+    sizes = {
+        "deep-queue": f"depth={p['depth']}",
+        "drain-history": f"messages={p['messages']} fill={p['fill']} repeat={p['repeat']}",
+        "priority-pin": f"rounds={p['rounds']} max_store_size={p['max_store_size']}",
+        "slow-consumer": f"messages={p['messages']} window={p['window']}",
+        "dlq-heavy": f"messages={p['messages']} pin_every={p['pin_every']}",
+        "selector-skip": f"messages={p['messages']} pin_every={p['pin_every']}",
+    }.get(doc["workload"], f"messages={p['messages']}")
     head = (
-        f"workload {doc['workload']}: messages={p['messages']} size="
-        f"{'mix' if p['size_mix'] else p['size']} batch={p['batch']} sync={p['sync']} "
-        f"max_file_size={p['max_file_size']} threshold={p['threshold']} "
+        f"workload {doc['workload']}: {sizes} size={'mix' if p['size_mix'] else p['size']} "
+        f"batch={p['batch']} sync={p['sync']} max_file_size={p['max_file_size']} "
+        f"threshold={p['threshold']} compaction={p['compaction']} "
         f"producers={p['producers']} consumers={p['consumers']}"
     )
     rows = []
