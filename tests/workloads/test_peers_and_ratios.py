@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from workload_sizes import Run
 
+from msgcask.workloads.config import RunConfig
+from msgcask.workloads.definitions import Context, run_steady
+from msgcask.workloads.factory import make_subject
+from msgcask.workloads.payload import Payloads
 from msgcask.workloads.subjects import PEERS, parse_peers, peer_unavailable
 
 
@@ -70,3 +76,17 @@ def test_peer_selection() -> None:
     assert peer_unavailable("sqlite3") is None
     reason = peer_unavailable("bogus")
     assert reason is not None and "unknown" in reason
+
+
+def test_file_queue_consumption_is_persisted(tmp_path: Path) -> None:
+    # get + task_done: after a steady run and a reopen nothing comes back
+    cfg = RunConfig(workload="steady", messages=300, size=64, progress=False, reopen=False)
+    subject = make_subject("persistqueue-file", str(tmp_path / "q"), cfg)
+    subject.open()
+    ctx = Context(subject, cfg, Payloads(cfg.size, cfg.size_mix, cfg.seed))
+    run_steady(ctx)
+    assert ctx.errors == []
+    subject.close()
+    subject.open()
+    assert subject.get(0.0) is None
+    subject.close()

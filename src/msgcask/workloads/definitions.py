@@ -217,7 +217,6 @@ class Consumer:
     def __call__(self) -> None:
         ctx, subject, period = self.ctx, self.ctx.subject, self.ctx.cfg.pin_period
         dlq = ctx.cfg.workload == "dlq-heavy"
-        can_ack = ACK in subject.capabilities
         idle_since: float | None = None
         while self.settled() < self.target:
             if ctx.stop.is_set():
@@ -245,8 +244,9 @@ class Consumer:
                 d = self._swap_into_window(d)
                 if d is None:
                     continue
-            if can_ack:
-                subject.ack(d)
+            # Without per-message acks (ACK capability) this finishes the get in the
+            # subject's own way: task_done for the file queue, nothing for a deque.
+            subject.ack(d)
             end = time.perf_counter()
             self.log.done(start, end, 1, len(d.body), timed)
             ctx.add(self.settled_key)
