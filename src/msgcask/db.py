@@ -248,6 +248,10 @@ class Store:
             id_floor=lambda: self._next_id,
             on_new_file=self._register_journal_file,
         )
+        if recovery.report.unclean:
+            # Make the skipped id block durable where a rebuild looks: the header
+            # of a new journal file records it as its id floor.
+            self._journal.roll_over()
         self._env.put_u64(keys.META_CLEAN, 0)
         self._env.put_meta(keys.META_BOOT, boot_id())
         self._commit_index()

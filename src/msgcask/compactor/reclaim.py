@@ -20,6 +20,7 @@ import os
 from typing import TYPE_CHECKING
 
 from msgcask.compactor import needed
+from msgcask.errors import Error
 from msgcask.index.keys import Acked
 from msgcask.store.filenames import data_file_name
 from msgcask.store.fs import crash_point
@@ -108,11 +109,26 @@ def delete_retired(store: Store, file_ids: list[int]) -> int:
             handle = store._handles.pop(file_id)
             freed += handle.size
             handle.close()
-        store._fs.unlink(os.path.join(store.path, data_file_name(file_id)))
-    store._fs.fsync_dir(store.path)
+        try:
+            store._fs.unlink(os.path.join(store.path, data_file_name(file_id)))
+        except FileNotFoundError:
+            pass  # already gone: that is what we want
+        except OSError as e:
+            raise _delete_failed(store, e) from e
+    try:
+        store._fs.fsync_dir(store.path)
+    except OSError as e:
+        raise _delete_failed(store, e) from e
     crash_point("reclaim.after_unlink")
     with store._lock:
         for file_id in file_ids:
             store._acct.forget(file_id)
         store._data_bytes -= freed
     return freed
+
+
+def _delete_failed(store: Store, error: OSError) -> Error:
+    return Error(
+        f"deleting data files of {store.path} failed ({error.strerror}); they are retired in "
+        "the index, so the next open finishes the deletion. Check the disk."
+    )
