@@ -174,3 +174,28 @@ def test_power_cut_with_sync_always_between_compactions(store_path: Path, index:
         assert contents(store) == live
         assert all(store._message_state(i) in ("acked", "unknown") for i in acked)
         assert store.verify() == []
+
+
+def test_failed_directory_fsync_after_deleting_files_raises_msgcask_error(
+    store_path: Path,
+) -> None:
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs)
+    q = store.queue("q")
+    for _ in range(500):
+        q.put(bytes(300))
+    delivered = [q.get(block=False) for _ in range(500)]
+    for m in delivered[:400]:
+        q.ack(m)  # the first files hold nothing live: deleted whole
+    for m in delivered[400:]:
+        q.nack(m)
+    fs.fail_fsync_dir = True
+    with pytest.raises(msgcask.Error):
+        store.compact(threshold=1.0)
+    fs.fail_fsync_dir = False
+    assert len(q) == 100
+    assert store.verify() == []
+    store.close()
+    with msgcask.open(store_path, compaction_interval=None) as reopened:
+        assert len(reopened.queue("q")) == 100
+        assert reopened.verify() == []

@@ -340,8 +340,8 @@ def test_compacted_file_with_a_missing_victim_is_kept_and_other_victims_removed(
     with open_store(store_path) as store:
         assert store.recovery.removed_files == [2]
         assert [m for m, _ in browse(store)] == [2, 3, 5]
-        files = sorted(f.file_id for f in store.stats().files)
-        assert files == [3, 4]
+        files = {f.file_id for f in store.stats().files}
+        assert {3, 4} <= files and not {1, 2} & files
         assert store.verify() == []
     assert (store_path / data_file_name(3)).exists()
     assert not (store_path / data_file_name(2)).exists()
@@ -387,7 +387,9 @@ def test_torn_tail_of_the_journal_head_below_a_newer_compacted_file_is_truncated
         new = store.queue("q").put(b"after")
         assert new > 6
         assert store.verify() == []
-    assert head.stat().st_size > good  # the new put went to the journal head
+    assert head.stat().st_size == good
+    with open_store(store_path) as store:
+        assert [m for m, _ in browse(store)] == [2, 5, 6, new]
 
 
 # -- files that cannot be used -----------------------------------------------------------
