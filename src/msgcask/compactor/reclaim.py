@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import TYPE_CHECKING
 
 from msgcask.compactor import needed
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from msgcask.db import Store
 
 log = logging.getLogger("msgcask")
-_CHUNK = 1024  # lookups per lock hold
+_CHUNK = 128  # lookups per lock hold (short: a put may be waiting)
 
 
 def reclaim(store: Store, file_ids: list[int]) -> tuple[int, int]:
@@ -81,6 +82,7 @@ def _release(store: Store, file_id: int) -> bool:
     ids = [msg_id for msg_id, _ in records.puts]
     pending: list[int] = []
     for start in range(0, len(ids), _CHUNK):
+        time.sleep(0)
         with store._lock:
             for msg_id in ids[start : start + _CHUNK]:
                 entry = store._catalog.lookup(msg_id)
@@ -95,6 +97,7 @@ def _release(store: Store, file_id: int) -> bool:
         )
         return False
     for start in range(0, len(pending), _CHUNK):
+        time.sleep(0)
         with store._lock:
             store._catalog.release_dead_puts(file_id, pending[start : start + _CHUNK])
     return True

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("msgcask")
 
 
-_CHUNK = 512  # records handled per lock hold
+_CHUNK = 128  # records handled per lock hold (short: a put may be waiting)
 
 
 @dataclass
@@ -67,6 +67,7 @@ class RewriteResult:
 def rewrite(store: Store, victims: list[int]) -> RewriteResult:
     skipped: list[int] = []
     copies: list[_Copy] = []
+    co_victim_acks: list[tuple[int, int, int]] = []  # (id, victim, PUT file) of ACKs
     put_ids: dict[int, list[int]] = {}
     for victim in victims:
         buf = store._handles[victim].read_all()
@@ -91,7 +92,9 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
             put_ids[victim] = found.all_put_ids if store._acct.peek(victim).dead_puts else []
         if victim not in put_ids:
             continue
-        for msg_id, item, entry in found.puts:
+        for n, (msg_id, item, entry) in enumerate(found.puts):
+            if not n % needed.YIELD_EVERY:
+                time.sleep(0)
             data = buf[item.offset : item.end]
             put = codec.decode_put_meta(buf, item.payload_start)
             if put.deliveries != entry.deliveries:
@@ -107,7 +110,8 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
             copies.append(_Copy(fmt.TYPE_PUT, msg_id, victim, data, entry.deliveries))
         for msg_id, put_file in found.acks:
             if put_file in victims:
-                continue  # its PUT record goes away in this pass too: nothing to cancel
+                co_victim_acks.append((msg_id, victim, put_file))  # decided below
+                continue
             copies.append(_Copy(fmt.TYPE_ACK, msg_id, victim, codec.encode_ack(msg_id), 0))
         for msg_id, count in found.delivers:
             copies.append(
@@ -115,6 +119,12 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
             )
         time.sleep(0)  # let foreground threads run between victims
     victims = list(put_ids)
+    for msg_id, victim, put_file in co_victim_acks:
+        # An ACK whose PUT record goes away in this pass too cancels nothing after
+        # it; but if that file was left out (damage, or it became the head), the
+        # ACK must be carried like any other.
+        if put_file not in put_ids:
+            copies.append(_Copy(fmt.TYPE_ACK, msg_id, victim, codec.encode_ack(msg_id), 0))
     if not victims:
         return RewriteResult(0, 0, 0, tuple(skipped))
     if not copies:  # everything died since the plan: plain deletion will do
