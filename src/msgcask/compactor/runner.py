@@ -90,6 +90,30 @@ class Compactor:
             self._store._shrink_index_if_sparse()
             return report
 
+    def _seal_sparse_head(self, threshold: float) -> None:
+        """A write head at least half full and mostly dead is sealed, so this
+        pass can reclaim it: otherwise a store that went quiet would keep up to
+        a data file of dead bytes in its head for as long as it stays quiet."""
+        store = self._store
+        size = store.options.max_file_size
+        with store._lock:
+            head = store._acct.peek(store._journal.head_id)
+            view = policy.FileView(
+                head.file_id,
+                head.size,
+                head.live_bytes,
+                head.live_messages,
+                head.needed_marks,
+                0.0,
+                False,
+            )
+            if (
+                head.size >= size // 2
+                and view.live_ratio < threshold
+                and (view.dead_bytes >= policy.min_gain_for(size))
+            ):
+                store._journal.roll_over()
+
     def _budget(self, budget: int | None) -> tuple[int, bool]:
         """The bytes this pass may copy, and whether that is a hard limit."""
         store = self._store
@@ -108,6 +132,7 @@ class Compactor:
         store = self._store
         threshold = store.options.compaction_threshold if threshold is None else threshold
         started = time.monotonic()
+        self._seal_sparse_head(threshold)
         limit, hard = self._budget(budget)
         deleted, freed = self._reclaim_all(threshold, limit)
         limit, hard = self._budget(budget)  # deletions made room
