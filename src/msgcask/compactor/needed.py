@@ -16,7 +16,7 @@ from msgcask.index.keys import STATE_LIVE, Live
 from msgcask.store import codec
 from msgcask.store import format as fmt
 
-YIELD_EVERY = 64  # records parsed between yields of the interpreter
+YIELD_EVERY = 32  # records parsed between yields of the interpreter
 
 
 @dataclass

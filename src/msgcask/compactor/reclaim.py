@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from msgcask.db import Store
 
 log = logging.getLogger("msgcask")
-_CHUNK = 128  # lookups per lock hold (short: a put may be waiting)
+_CHUNK = 32  # lookups per lock hold (short: a put may be waiting)
 
 
 def reclaim(store: Store, file_ids: list[int]) -> tuple[int, int]:

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("msgcask")
 
 
-_CHUNK = 128  # records handled per lock hold (short: a put may be waiting)
+_CHUNK = 32  # records handled per lock hold (short: a put may be waiting)
 
 
 @dataclass
