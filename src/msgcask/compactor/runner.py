@@ -199,17 +199,21 @@ class Compactor:
             self._mutex.release()
 
     def due(self) -> bool:
-        """Whether a pass should start before the next interval: sparse files
-        hold at least one data file's worth of dead bytes, and at least one data
-        file has been written since the last early start (so a file that cannot
-        be compacted does not start pass after pass)."""
+        """Whether a pass should start before the next interval: the files a
+        pass could rewrite hold at least one data file's worth of dead bytes,
+        and either the last pass made progress or a data file has been written
+        since the last early start (so what a pass cannot take does not start
+        pass after pass)."""
         store = self._store
         size = store.options.max_file_size
         written = store._journal.bytes_written
-        if written - self._written_at_last_start < size:
+        progressed = self.last is not None and (
+            self.last.files_rewritten or self.last.files_deleted
+        )
+        if not progressed and written - self._written_at_last_start < size:
             return False
         with store._lock:
-            views = self._views()
+            views = self._rewritable(self._views())
         threshold = store.options.compaction_threshold
         if policy.sparse_dead_bytes(views, threshold, policy.min_gain_for(size)) < size:
             return False
