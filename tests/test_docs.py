@@ -35,7 +35,7 @@ import pytest
 
 import msgcask
 from msgcask import db, options
-from msgcask.compactor import policy, rewrite, runner
+from msgcask.compactor import needed, policy, rewrite, runner
 from msgcask.index import accounting, env, keys
 from msgcask.options import Options
 from msgcask.store import filenames, fs, recovery
@@ -77,6 +77,7 @@ UNDOCUMENTED_STRUCTS = {
 CONSTANT_MODULES: list[ModuleType] = [fmt, keys, env, filenames, fs]
 QUALIFIED_MODULES: dict[str, ModuleType] = {
     "db": db,
+    "needed": needed,
     "options": options,
     "policy": policy,
     "recovery": recovery,

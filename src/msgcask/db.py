@@ -72,7 +72,7 @@ Selector = Callable[[dict[str, str]], bool]
 # Foreground work between forced index commits: bounds the open transaction.
 _MAX_CHANGES_PER_COMMIT = 50_000
 _PURGE_CHUNK = 10_000
-_SHRINK_MIN_FREE_PAGES = 256  # 1 MiB of free index pages before shrinking pays
+_SHRINK_MIN_FREE_PAGES = 64  # 256 KiB of free index pages: below that a shrink is not worth it
 # Far more ids than a store hands out in one sync_interval.
 ID_BLOCK_AFTER_CRASH = 2**20
 
