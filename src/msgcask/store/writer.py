@@ -64,13 +64,7 @@ class Journal:
         if self.head.size + len(data) > self.max_file_size and (
             self.head.size > fmt.FILE_HEADER_SIZE
         ):
-            try:
-                self.roll_over()
-            except OSError as e:
-                raise Error(
-                    f"cannot start a new data file in {self.directory}: {e.strerror}. Free "
-                    "disk space, then retry; nothing of this call was stored."
-                ) from e
+            self.roll_over()
         before = self.head.size
         try:
             offset = self.head.append(data)
@@ -91,7 +85,17 @@ class Journal:
             self.head.size = size
 
     def roll_over(self) -> None:
-        """Seal the head (fsync it) and start a new journal file."""
+        """Seal the head (fsync it) and start a new journal file. Raises Error
+        (the head stays as it was) if the OS fails."""
+        try:
+            self._roll_over()
+        except OSError as e:
+            raise Error(
+                f"cannot start a new data file in {self.directory}: {e.strerror}. Free "
+                "disk space or check the disk, then retry; nothing of this call was stored."
+            ) from e
+
+    def _roll_over(self) -> None:
         if self.fsync_enabled:
             crash_point("journal.before_seal_fsync")
             self.head.fsync()
