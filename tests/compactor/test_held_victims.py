@@ -1,0 +1,69 @@
+"""A victim whose ACKs point at a file left out of the pass (damaged) must not end up
+kept after its swap with stale copies of relocated messages that outlive their ACKs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from test_damaged_victims import MFS, _flip_byte_of
+
+import msgcask
+
+
+def test_acked_messages_do_not_resurrect_from_a_victim_kept_after_its_swap(
+    tmp_path: Path,
+) -> None:
+    # W (file 1) holds a damaged record; V (file 2) holds the ACKs of W's messages and a
+    # few live messages of its own. One pass takes both: W is skipped for its damage,
+    # V's ACKs of W are not carried (their PUT file was a victim too), so V still holds
+    # needed records after the swap and is kept -- while its live messages now live in
+    # the copy. V's PUT records of them are stale. Once those messages are acked and the
+    # copy and the ACKs are deleted, nothing cancels the stale records any more: a
+    # rebuild brings the acked messages back.
+    path = tmp_path / "store"
+
+    def reopen() -> msgcask.Store:
+        return msgcask.open(path, max_file_size=MFS, compaction_interval=None, sync_interval=60)
+
+    with reopen() as store:
+        q = store.queue("q")
+        w_ids = [q.put(b"w" * 1000) for _ in range(58)]
+        w_msgs = [q.get(block=False) for _ in w_ids]
+        v_ids = [q.put(b"v" * 1000) for _ in range(40)]
+        for m in w_msgs[1:]:
+            q.ack(m)  # in V: ACKs of W's messages
+        for i, m in enumerate([q.get(block=False) for _ in v_ids]):
+            if i % 10:
+                q.ack(m)  # V keeps 4 messages live (delivered)
+        filler = store.queue("f")
+        for _ in range(70):
+            filler.put(b"f" * 1000)
+            filler.ack(filler.get(block=False))
+        files = [f.file_id for f in store.stats().files if not f.active]
+        assert files[:2] == [1, 2]
+        assert {p for _, p in store.why_kept(2).needed_acks} == {1}
+    assert _flip_byte_of(path, w_ids[5]) == 1  # damage a dead record of W
+
+    with reopen() as store:
+        store.compact(threshold=0.95)  # W and V are both victims
+        q = store.queue("q")
+        relocated = [m.id for m in q.browse() if m.id in v_ids]
+        assert len(relocated) == 4
+        for m in [q.get(block=False) for _ in range(5)]:
+            if m.id in relocated:
+                q.ack(m)
+        filler = store.queue("f")
+        for _ in range(140):  # seal the file holding those ACKs
+            filler.put(b"f" * 1000)
+            filler.ack(filler.get(block=False))
+        # Threshold 0.01: only whole-file deletions, which take the copy and the ACKs.
+        for _ in range(3):
+            store.compact(threshold=0.01)
+        assert store.verify() == []
+        live = {m.id for m in q.browse()}
+        assert not live & set(relocated)
+    shutil.rmtree(path / "index")
+    with reopen() as store:
+        back = sorted({m.id for m in store.queue("q").browse()} & set(relocated))
+        assert back == [], f"acked messages back after a rebuild: {back}"
