@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from msgcask.index import keys
-from msgcask.index.accounting import Accounting
+from msgcask.index.accounting import Accounting, FileAccount
 from msgcask.index.env import IndexEnv
 from msgcask.index.keys import STATE_LIVE, Acked, Live
 
@@ -170,13 +170,7 @@ class Catalog:
         entry = self._live(msg_id, entry)
         if entry is None:
             return None
-        txn.delete(keys.order_key(entry.queue_id, entry.priority, msg_id), db=self.env.order)
-        self._count(entry.queue_id, -1)
-        stats = self.acct[entry.file_id]
-        stats.live_bytes -= entry.size
-        stats.live_messages -= 1
-        if entry.deliver_file:
-            self.acct.drop_mark(entry.deliver_file)
+        stats = self._end_live(msg_id, entry)
         mkey = keys.msg_key(msg_id)
         if entry.file_id == ack_file:
             txn.delete(mkey, db=self.env.msgs)
@@ -224,17 +218,22 @@ class Catalog:
         A rebuild would find the record damaged and skip it too (or, if the
         damage was only in the read, bring the never-acked message back).
         """
+        self.env.txn.delete(keys.msg_key(msg_id), db=self.env.msgs)
+        self.acct.note(self._end_live(msg_id, entry))
+
+    def _end_live(self, msg_id: int, entry: Live) -> FileAccount:
+        """Take a live message out of its queue and its file's live count (and
+        release the DELIVER record that held its count); return that file's account."""
         self.env.txn.delete(
             keys.order_key(entry.queue_id, entry.priority, msg_id), db=self.env.order
         )
-        self.env.txn.delete(keys.msg_key(msg_id), db=self.env.msgs)
         self._count(entry.queue_id, -1)
         stats = self.acct[entry.file_id]
         stats.live_bytes -= entry.size
         stats.live_messages -= 1
         if entry.deliver_file:
             self.acct.drop_mark(entry.deliver_file)
-        self.acct.note(stats)
+        return stats
 
     # -- compaction ----------------------------------------------------------------
 
