@@ -80,14 +80,14 @@ def _release(store: Store, file_id: int) -> bool:
     """
     records = needed.parse(store._handles[file_id].read_all())  # sealed: no lock needed
     ids = [msg_id for msg_id, _ in records.puts]
-    pending: list[int] = []
+    pending: list[tuple[int, int]] = []  # (id, file of its ACK)
     for start in range(0, len(ids), _CHUNK):
         time.sleep(0)
         with store._lock:
             for msg_id in ids[start : start + _CHUNK]:
                 entry = store._catalog.lookup(msg_id)
                 if isinstance(entry, Acked) and entry.put_file == file_id:
-                    pending.append(msg_id)
+                    pending.append((msg_id, entry.ack_file))
     if len(pending) != store._acct.files[file_id].dead_puts:
         log.error(
             "msgcask: file %d: found %d of its %d consumed PUT records (damaged?); kept",
@@ -99,7 +99,8 @@ def _release(store: Store, file_id: int) -> bool:
     for start in range(0, len(pending), _CHUNK):
         time.sleep(0)
         with store._lock:
-            store._catalog.release_dead_puts(file_id, pending[start : start + _CHUNK])
+            # No second lookup: only the compactor (running this) changes ACKED entries.
+            store._catalog.release_acked(file_id, pending[start : start + _CHUNK])
     return True
 
 

@@ -304,12 +304,20 @@ class Catalog:
     def release_dead_puts(self, file_id: int, msg_ids: Iterator[int] | list[int]) -> None:
         """``file_id`` is being deleted: the ACKs that only had to outlive its
         PUT records of these messages are no longer needed."""
+        pairs = []
         for msg_id in msg_ids:
             entry = self.lookup(msg_id)
             if isinstance(entry, Acked) and entry.put_file == file_id:
-                self.env.txn.delete(keys.msg_key(msg_id), db=self.env.msgs)
-                self.acct.drop_mark(entry.ack_file)
-                self.acct[file_id].dead_puts -= 1
+                pairs.append((msg_id, entry.ack_file))
+        self.release_acked(file_id, pairs)
+
+    def release_acked(self, file_id: int, pairs: list[tuple[int, int]]) -> None:
+        """As ``release_dead_puts``, for (id, ACK file) pairs the caller already
+        looked up (ACKED entries whose PUT file is ``file_id``)."""
+        for msg_id, ack_file in pairs:
+            self.env.txn.delete(keys.msg_key(msg_id), db=self.env.msgs)
+            self.acct.drop_mark(ack_file)
+            self.acct[file_id].dead_puts -= 1
 
     def needed_ack(self, msg_id: int, file_id: int) -> Acked | None:
         entry = self.lookup(msg_id)
