@@ -72,7 +72,9 @@ Selector = Callable[[dict[str, str]], bool]
 # Foreground work between forced index commits: bounds the open transaction.
 _MAX_CHANGES_PER_COMMIT = 50_000
 _PURGE_CHUNK = 10_000
-_SHRINK_MIN_FREE_PAGES = 64  # 256 KiB of free index pages: below that a shrink is not worth it
+_SHRINK_MIN_FREE_PAGES = 16  # 64 KiB of free index pages: below that a shrink is not worth it
+_SHRINK_RATIO = 4  # index file / pages in use that triggers a shrink while traffic flows
+_SHRINK_RATIO_IDLE = 2  # the same once the store is idle
 # Far more ids than a store hands out in one sync_interval.
 ID_BLOCK_AFTER_CRASH = 2**20
 
@@ -610,15 +612,17 @@ class Store:
             self._sync_journal_to(pos)
         return msg_id
 
-    def _shrink_index_if_sparse(self) -> None:
+    def _shrink_index_if_sparse(self, idle: bool = False) -> None:
         """Give back the index's free pages once they dwarf the pages in use
         (LMDB keeps its file at its high-water mark: a backlog that is gone
-        would otherwise keep its size on disk)."""
+        would otherwise keep its size on disk). An ``idle`` store (no journal
+        writes since the last pass) shrinks sooner: no foreground call waits."""
         with self._lock:
             if self._closed or self._commit_hold:
                 return
             used, total = self._env.pages()
-            if total - used < _SHRINK_MIN_FREE_PAGES or total < 4 * used:
+            ratio = _SHRINK_RATIO_IDLE if idle else _SHRINK_RATIO
+            if total - used < _SHRINK_MIN_FREE_PAGES or total < ratio * used:
                 return
             self._commit_index(force=True)
             self._env.shrink()

@@ -253,6 +253,61 @@ def test_drained_store_returns_to_at_most_two_files(
         assert store.verify() == []
 
 
+def test_a_quiet_store_settles_to_its_live_data_even_in_a_small_head(tmp_path: Path) -> None:
+    # A head under half full is left alone while traffic goes on (it is where the
+    # next puts go), but once nothing was written between two passes a mostly dead
+    # head is sealed and rewritten: a quiet store ends at its live data.
+    with _open(tmp_path / "store") as store:
+        keep = store.queue("keep")
+        kept = keep.put(b"k" * 500)
+        q = store.queue("quiet")
+        for _ in range(20):  # about a third of a data file, all consumed
+            q.put(b"x" * 1000)
+            q.ack(q.get(block=False))
+        head = max(f.file_id for f in store.stats().files)
+        store.compact()  # traffic since the store opened: the head stays
+        assert max(f.file_id for f in store.stats().files) == head, _files(store)
+        assert store.stats().data_bytes > 10 * KIB
+        store.compact()  # nothing written since the last pass: seal and rewrite it
+        st = store.stats()
+        assert st.data_bytes <= st.live_bytes + 3 * KIB, _files(store)
+        assert store.verify() == []
+        m = keep.get(block=False)
+        assert (m.id, m.body) == (kept, b"k" * 500)
+
+
+def test_the_index_file_shrinks_back_after_a_backlog_drains(tmp_path: Path) -> None:
+    with _open(tmp_path / "store") as store:
+        q = store.queue("backlog")
+        for _ in range(2000):
+            q.put(b"b" * 100)
+        for _ in range(1990):
+            q.ack(q.get(block=False))
+        store.compact()
+        st = store.stats()
+        # Ten live messages need a handful of 4 KiB pages; the backlog took dozens.
+        assert st.index_bytes <= 16 * 4 * KIB, st.index_bytes
+        assert len(q) == 10 and store.verify() == []
+
+
+def test_an_idle_store_shrinks_its_index_sooner(tmp_path: Path) -> None:
+    # A thousand drained messages leave the index file about 4 times its pages in
+    # use: not enough for a shrink while traffic flows, enough once the store is idle.
+    with _open(tmp_path / "store") as store:
+        q = store.queue("backlog")
+        for _ in range(1000):
+            q.put(b"b" * 100)
+        store.compact()
+        for _ in range(990):
+            q.ack(q.get(block=False))
+        store.compact()  # traffic since the last pass
+        busy = store.stats().index_bytes
+        store.compact()  # idle
+        idle = store.stats().index_bytes
+        assert idle <= busy // 2, (busy, idle)
+        assert len(q) == 10 and store.verify() == []
+
+
 # -- (e) any workload: data <= (live + needed) / t + K files ----------------------------
 
 # K, from compactor/policy.py, once passes at threshold t have nothing left to do (one

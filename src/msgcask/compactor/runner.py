@@ -33,6 +33,7 @@ class Compactor:
         self.totals = CompactionStats()
         self.last: CompactionReport | None = None
         self._written_at_last_start = 0
+        self._written_at_last_run = -1  # journal bytes when the last run began
         # Files found with damaged records: never rewrite victims again (they are
         # still deleted whole once nothing in them is needed).
         self._damaged: set[int] = set()
@@ -86,14 +87,25 @@ class Compactor:
     def run(self, threshold: float | None = None, budget: int | None = None) -> CompactionReport:
         """Run one pass now (waiting for a running one to finish first)."""
         with self._mutex:
-            report = self._pass(threshold, budget)
-            self._store._shrink_index_if_sparse()
+            idle = self._idle_since_last_run()
+            report = self._pass(threshold, budget, idle=idle)
+            self._store._shrink_index_if_sparse(idle=idle)
             return report
 
-    def _seal_sparse_head(self, threshold: float) -> None:
-        """A write head at least half full and mostly dead is sealed, so this
-        pass can reclaim it: otherwise a store that went quiet would keep up to
-        a data file of dead bytes in its head for as long as it stays quiet."""
+    def _idle_since_last_run(self) -> bool:
+        """Whether nothing was appended to the journal since the last run began:
+        a quiet store, where settling to the live data costs no foreground call."""
+        with self._store._lock:
+            written = self._store._journal.bytes_written
+        idle = written == self._written_at_last_run
+        self._written_at_last_run = written
+        return idle
+
+    def _seal_sparse_head(self, threshold: float, idle: bool) -> None:
+        """Seal a mostly dead write head, so this pass can reclaim it: one at
+        least half full, or any size in an idle store (otherwise a store that
+        went quiet would keep up to a data file of dead bytes in its head for as
+        long as it stays quiet)."""
         store = self._store
         size = store.options.max_file_size
         with store._lock:
@@ -108,7 +120,7 @@ class Compactor:
                 False,
             )
             if (
-                head.size >= size // 2
+                (idle or head.size >= size // 2)
                 and view.live_ratio < threshold
                 and (view.dead_bytes >= policy.min_gain_for(size))
             ):
@@ -128,11 +140,13 @@ class Compactor:
         headroom = options.max_store_size - store._data_bytes - 2 * fmt.FILE_HEADER_SIZE
         return max(min(budget, headroom - _MANIFEST_ROOM), 0), True
 
-    def _pass(self, threshold: float | None, budget: int | None) -> CompactionReport:
+    def _pass(
+        self, threshold: float | None, budget: int | None, *, idle: bool = False
+    ) -> CompactionReport:
         store = self._store
         threshold = store.options.compaction_threshold if threshold is None else threshold
         started = time.monotonic()
-        self._seal_sparse_head(threshold)
+        self._seal_sparse_head(threshold, idle)
         limit, hard = self._budget(budget)
         deleted, freed = self._reclaim_all(threshold, limit)
         limit, hard = self._budget(budget)  # deletions made room
