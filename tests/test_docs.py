@@ -35,7 +35,7 @@ import pytest
 
 import msgcask
 from msgcask import db, options
-from msgcask.compactor import needed, policy, rewrite, runner
+from msgcask.compactor import needed, pacing, policy, rewrite, runner
 from msgcask.index import accounting, env, keys
 from msgcask.options import Options
 from msgcask.store import filenames, fs, recovery
@@ -79,6 +79,7 @@ QUALIFIED_MODULES: dict[str, ModuleType] = {
     "db": db,
     "needed": needed,
     "options": options,
+    "pacing": pacing,
     "policy": policy,
     "recovery": recovery,
     "rewrite": rewrite,

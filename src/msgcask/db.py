@@ -29,6 +29,7 @@ from typing import Any, TypeVar, cast
 import lmdb
 
 from msgcask import validate
+from msgcask.compactor.pacing import Pacer
 from msgcask.compactor.policy import MARK_COST
 from msgcask.errors import (
     ClosedError,
@@ -72,6 +73,7 @@ Selector = Callable[[dict[str, str]], bool]
 # Foreground work between forced index commits: bounds the open transaction.
 _MAX_CHANGES_PER_COMMIT = 50_000
 _PURGE_CHUNK = 10_000
+_BACKGROUND_PASSES_WHILE_BEHIND = 16  # back-to-back passes of one background run, at most
 _SHRINK_MIN_FREE_PAGES = 16  # 64 KiB of free index pages: below that a shrink is not worth it
 _SHRINK_RATIO = 4  # index file / pages in use that triggers a shrink while traffic flows
 _SHRINK_RATIO_IDLE = 2  # the same once the store is idle
@@ -233,6 +235,8 @@ class Store:
         from msgcask.compactor.runner import Compactor
 
         self._compactor = Compactor(self)
+        # Background passes step aside while calls come in, unless behind.
+        self._pacer = Pacer(self._compactor.behind)
         journal_ids = [f for f, h in files.headers.items() if h.kind == fmt.KIND_JOURNAL]
         if journal_ids:
             head_id = max(journal_ids)
@@ -578,6 +582,7 @@ class Store:
     # -- queue operations (called by Queue) ------------------------------------------
 
     def _put(self, name: str, body: bytes, headers: dict[str, str] | None, priority: int) -> int:
+        self._pacer.calls += 1
         hbytes = codec.encode_headers(headers)
         size = codec.put_record_size(name.encode(), hbytes, len(body))
         self._check_record_size(size)
@@ -639,6 +644,7 @@ class Store:
 
     def _write_batch(self, puts: list[_PendingPut], acks: list[int]) -> list[int]:
         """Write puts and acks as one all-or-nothing batch; return the new ids."""
+        self._pacer.calls += 1
         encoded = [(p, codec.encode_headers(p.headers)) for p in puts]
         estimate = (
             sum(codec.put_record_size(p.queue.encode(), h, len(p.body)) for p, h in encoded)
@@ -707,6 +713,7 @@ class Store:
     def _get(
         self, name: str, block: bool, timeout: float | None, selector: Selector | None
     ) -> Message:
+        self._pacer.calls += 1
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while True:
@@ -829,6 +836,7 @@ class Store:
         return msg_id
 
     def _ack(self, name: str, target: object) -> None:
+        self._pacer.calls += 1
         with self._lock:
             if self._closed:
                 self._check_open()
@@ -842,6 +850,7 @@ class Store:
             self._sync_journal_to(pos)
 
     def _nack(self, name: str, target: object) -> None:
+        self._pacer.calls += 1
         with self._lock:
             self._check_open()
             rt = self._runtime(name)
@@ -979,8 +988,14 @@ class Store:
         return self._compactor.run(threshold=threshold)
 
     def _compact_in_background(self) -> None:
-        if not self._closed and not self._scheduler.paused:
-            self._compactor.run()
+        # While compaction is behind, passes follow each other at once rather
+        # than waiting for the next check: each frees its victims as it ends.
+        for _ in range(_BACKGROUND_PASSES_WHILE_BEHIND):
+            if self._closed or self._scheduler.paused:
+                return
+            report = self._compactor.run()
+            if not (report.files_rewritten or report.files_deleted) or not self._compactor.behind():
+                return
 
     def pause_compaction(self) -> None:
         """Stop background passes (a running pass finishes); space pressure still compacts."""

@@ -20,6 +20,7 @@ from msgcask.compactor.policy import (
     MARK_COST,
     FileView,
     Plan,
+    behind,
     benefit_cost,
     min_gain_for,
     plan,
@@ -245,6 +246,28 @@ def test_smaller_victim_after_a_skipped_one_still_fits_the_budget() -> None:
     assert benefit_cost(first) > benefit_cost(big) > benefit_cost(small)
     p = run([first, big, small], budget=4000)
     assert p.rewrite == [1, 3]
+
+
+def test_read_budget_caps_the_victims_one_pass_reads() -> None:
+    # Ten sparse files that each copy almost nothing: the copy budget would take them
+    # all, but victims are deleted only when their pass ends, so a pass reads at most
+    # the read budget's worth (the first victim always).
+    files = [view(i, live=100, age=100.0 - i) for i in range(1, 11)]
+    p = plan(files, threshold=0.5, budget=BIG_BUDGET, small_file=SMALL, read_budget=3 * SIZE)
+    assert p.rewrite == [1, 2, 3]
+    one = plan(files, threshold=0.5, budget=BIG_BUDGET, small_file=SMALL, read_budget=SIZE // 2)
+    assert one.rewrite == [1]
+    unlimited = plan(files, threshold=0.5, budget=BIG_BUDGET, small_file=SMALL)
+    assert len(unlimited.rewrite) == 10
+
+
+def test_behind_means_within_two_files_of_the_space_bound() -> None:
+    # The bound at threshold t: needed / t; two data files of slack on top.
+    needed = 10 * SIZE
+    assert not behind(20 * SIZE + 2 * SIZE, needed, 0.5, SIZE)
+    assert behind(20 * SIZE + 2 * SIZE + 1, needed, 0.5, SIZE)
+    assert not behind(12 * SIZE, needed, 1.0, SIZE)
+    assert behind(12 * SIZE + 1, needed, 1.0, SIZE)
 
 
 def test_budget_counts_carried_marks() -> None:

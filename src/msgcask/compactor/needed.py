@@ -8,15 +8,14 @@ live message's current delivery count.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from msgcask.compactor.pacing import POLITE_BATCH
 from msgcask.index.catalog import Catalog
 from msgcask.index.keys import STATE_LIVE, Live
 from msgcask.store import codec
 from msgcask.store import format as fmt
-
-YIELD_EVERY = 32  # records parsed between yields of the interpreter
 
 
 @dataclass
@@ -25,7 +24,9 @@ class Needed:
     puts: list[tuple[int, codec.Record, Live]] = field(default_factory=list)
     acks: list[tuple[int, int]] = field(default_factory=list)  # (id, file of its PUT)
     delivers: list[tuple[int, int]] = field(default_factory=list)  # (id, count)
-    all_put_ids: list[int] = field(default_factory=list)  # every PUT record in the file
+    # (id, ACK file) of the consumed messages whose PUT record is in this file:
+    # their ACKs are released once the file is gone.
+    dead_puts: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -38,14 +39,15 @@ class FileRecords:
     damaged: int = 0  # stretches that did not parse
 
 
-def parse(buf: bytes) -> FileRecords:
-    """Sort a file's records by kind. Runs in the background: it gives other
-    threads the interpreter every few records, so a foreground put never waits
-    a whole file's parse (the GIL would otherwise pass only every 5 ms)."""
+def parse(buf: bytes, pause: Callable[[], None] | None = None) -> FileRecords:
+    """Sort a file's records by kind. In the background, pass ``pause``
+    (``Pacer.pause``): it is called between batches of records, so a foreground
+    put never waits a whole file's parse (the GIL would otherwise pass only
+    every 5 ms)."""
     out = FileRecords()
     for n, item in enumerate(codec.scan(buf, fmt.FILE_HEADER_SIZE)):
-        if not n % YIELD_EVERY:
-            time.sleep(0)
+        if pause is not None and not n % POLITE_BATCH:
+            pause()
         if not isinstance(item, codec.Record):
             out.damaged += 1
             continue
@@ -59,17 +61,15 @@ def parse(buf: bytes) -> FileRecords:
     return out
 
 
-def chunks(records: FileRecords, size: int) -> list[FileRecords]:
-    """Split a file's records so each part can be classified under a short lock hold."""
-    out = []
-    for start in range(0, max(len(records.puts), len(records.acks), len(records.delivers)), size):
-        end = start + size
-        out.append(
-            FileRecords(
-                records.puts[start:end], records.acks[start:end], records.delivers[start:end]
-            )
-        )
-    return out
+def part(records: FileRecords, start: int, end: int) -> FileRecords:
+    """Records ``start:end`` of each kind, to classify under a short lock hold."""
+    return FileRecords(
+        records.puts[start:end], records.acks[start:end], records.delivers[start:end]
+    )
+
+
+def longest(records: FileRecords) -> int:
+    return max(len(records.puts), len(records.acks), len(records.delivers))
 
 
 def merge(parts: list[Needed], file_id: int) -> Needed:
@@ -78,7 +78,8 @@ def merge(parts: list[Needed], file_id: int) -> Needed:
         whole.puts += part.puts
         whole.acks += part.acks
         whole.delivers += part.delivers
-        whole.all_put_ids += part.all_put_ids
+        whole.dead_puts += part.dead_puts
+    whole.dead_puts = list(dict(whole.dead_puts).items())  # each released once
     return whole
 
 
@@ -86,22 +87,32 @@ def classify(catalog: Catalog, file_id: int, records: FileRecords) -> Needed:
     """Decide, from the index, which of a file's records are needed now.
     Call with the store lock held."""
     needed = Needed(file_id)
-    for msg_id, item in records.puts:
-        needed.all_put_ids.append(msg_id)
-        entry = catalog.lookup(msg_id)
-        if (
-            isinstance(entry, Live)
-            and entry.state == STATE_LIVE
-            and entry.file_id == file_id
-            and entry.offset == item.offset
-        ):
-            needed.puts.append((msg_id, item, entry))
-    for msg_id in records.acks:
-        acked = catalog.needed_ack(msg_id, file_id)
-        if acked is not None:
-            needed.acks.append((msg_id, acked.put_file))
-    for msg_id, count in records.delivers:
-        entry = catalog.lookup(msg_id)
-        if isinstance(entry, Live) and entry.deliver_file == file_id and entry.deliveries == count:
-            needed.delivers.append((msg_id, count))
+    account = catalog.acct.peek(file_id)
+    if account.live_messages or account.dead_puts:
+        for msg_id, item in records.puts:
+            entry = catalog.lookup(msg_id)
+            if isinstance(entry, Live):
+                if (
+                    entry.state == STATE_LIVE
+                    and entry.file_id == file_id
+                    and entry.offset == item.offset
+                ):
+                    needed.puts.append((msg_id, item, entry))
+            elif entry is not None and entry.put_file == file_id:
+                needed.dead_puts.append((msg_id, entry.ack_file))
+    # No ACK or DELIVER record becomes needed after it is written, so a file
+    # without needed marks has none among the records parsed earlier either.
+    if account.needed_marks:
+        for msg_id in records.acks:
+            acked = catalog.needed_ack(msg_id, file_id)
+            if acked is not None:
+                needed.acks.append((msg_id, acked.put_file))
+        for msg_id, count in records.delivers:
+            entry = catalog.lookup(msg_id)
+            if (
+                isinstance(entry, Live)
+                and entry.deliver_file == file_id
+                and entry.deliveries == count
+            ):
+                needed.delivers.append((msg_id, count))
     return needed

@@ -13,8 +13,10 @@ Two kinds of knob, as in Bitcask: triggers decide *whether* a pass runs
   and cold files are compacted once rather than again and again;
 - small sealed files (each pass writes a new compacted file) are merged, so
   their number stays bounded however many passes run;
-- victims are added while their copying cost fits the byte budget (at least
-  one victim per pass, so a pass always makes progress).
+- victims are added while their copying cost fits the byte budget and their
+  sizes fit the read budget (at least one victim per pass, so a pass always
+  makes progress). Victims are deleted only when their pass ends, so the read
+  budget keeps passes short and space coming back steadily.
 """
 
 from __future__ import annotations
@@ -75,6 +77,14 @@ def sparse_dead_bytes(files: list[FileView], threshold: float, min_gain: int) ->
     )
 
 
+def behind(size: int, needed: int, threshold: float, max_file_size: int) -> bool:
+    """Whether data files of ``size`` bytes, of which ``needed`` bytes are
+    needed (live records, and needed ACK/DELIVER records at ``MARK_COST``),
+    are within two data files of the space bound at ``threshold``: compaction
+    should then take the CPU it needs, not step aside."""
+    return size > needed / threshold + 2 * max_file_size
+
+
 def reclaimable_bytes(files: list[FileView], min_gain: int) -> int:
     """An upper bound of what passes can free: whole deletable files, the dead
     bytes of files worth rewriting, and the write head's dead bytes (freed
@@ -106,6 +116,7 @@ def plan(
     small_file: int,
     min_gain: int = 0,
     hard_budget: bool = False,
+    read_budget: int | None = None,
 ) -> Plan:
     """Choose what one pass does.
 
@@ -117,6 +128,8 @@ def plan(
     bytes (so a nearly full file is not copied to save its header).
     ``hard_budget``: the budget binds the first victim too (the copy must fit
     in the room left under ``max_store_size``).
+    ``read_budget``: bytes of victims a pass may read (the first victim is
+    always allowed); None for no limit.
     """
     reclaim = sorted(f.file_id for f in files if f.reclaimable)
     sealed = [f for f in files if not f.active and not f.reclaimable]
@@ -128,12 +141,15 @@ def plan(
         small, key=lambda f: f.size
     )
     rewrite: list[int] = []
-    spent = 0
+    spent = read = 0
     for f in candidates:
         if (rewrite or hard_budget) and spent + f.copy_cost > budget:
             continue
+        if rewrite and read_budget is not None and read + f.size > read_budget:
+            continue
         rewrite.append(f.file_id)
         spent += f.copy_cost
+        read += f.size
     if len(rewrite) == 1 and rewrite[0] in {f.file_id for f in small}:
         rewrite = []  # merging one small file with nothing would only move it
     return Plan(reclaim, rewrite)

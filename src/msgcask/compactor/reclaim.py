@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from typing import TYPE_CHECKING
 
 from msgcask.compactor import needed
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
     from msgcask.db import Store
 
 log = logging.getLogger("msgcask")
-_CHUNK = 32  # lookups per lock hold (short: a put may be waiting)
 
 
 def reclaim(store: Store, file_ids: list[int]) -> tuple[int, int]:
@@ -78,13 +76,13 @@ def _release(store: Store, file_id: int) -> bool:
     records meanwhile (all its messages are consumed, and only the compactor,
     which is running this, releases them).
     """
-    records = needed.parse(store._handles[file_id].read_all())  # sealed: no lock needed
+    pacer = store._pacer
+    records = needed.parse(store._handles[file_id].read_all(), pacer.pause)  # sealed: no lock
     ids = [msg_id for msg_id, _ in records.puts]
     pending: list[tuple[int, int]] = []  # (id, file of its ACK)
-    for start in range(0, len(ids), _CHUNK):
-        time.sleep(0)
+    for start, end in pacer.spans(len(ids)):
         with store._lock:
-            for msg_id in ids[start : start + _CHUNK]:
+            for msg_id in ids[start:end]:
                 entry = store._catalog.lookup(msg_id)
                 if isinstance(entry, Acked) and entry.put_file == file_id:
                     pending.append((msg_id, entry.ack_file))
@@ -96,11 +94,10 @@ def _release(store: Store, file_id: int) -> bool:
             store._acct.files[file_id].dead_puts,
         )
         return False
-    for start in range(0, len(pending), _CHUNK):
-        time.sleep(0)
+    for start, end in pacer.spans(len(pending)):
         with store._lock:
             # No second lookup: only the compactor (running this) changes ACKED entries.
-            store._catalog.release_acked(file_id, pending[start : start + _CHUNK])
+            store._catalog.release_acked(file_id, pending[start:end])
     return True
 
 

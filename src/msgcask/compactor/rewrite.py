@@ -44,9 +44,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("msgcask")
 
 
-_CHUNK = 32  # records handled per lock hold (short: a put may be waiting)
-
-
 @dataclass
 class _Copy:
     rtype: int
@@ -68,10 +65,11 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
     skipped: list[int] = []
     copies: list[_Copy] = []
     co_victim_acks: list[tuple[int, int, int]] = []  # (id, victim, PUT file) of ACKs
-    put_ids: dict[int, list[int]] = {}
+    dead_puts: dict[int, list[tuple[int, int]]] = {}  # victim -> (id, ACK file)
+    pacer = store._pacer
     for victim in victims:
         buf = store._handles[victim].read_all()
-        records = needed.parse(buf)
+        records = needed.parse(buf, pacer.pause)
         if records.damaged:
             # What the damage hides (a live message, a needed ACK) could not be
             # copied, so the file could not be deleted after the swap; and every
@@ -80,21 +78,22 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
             skipped.append(victim)
             continue
         parts = []
-        for chunk in needed.chunks(records, _CHUNK):
+        for start, end in pacer.spans(needed.longest(records)):
             # Short lock holds, so foreground latency does not see the whole file.
             with store._lock:
                 if victim == store._journal.head_id or store._acct.peek(victim).retired:
                     break
-                parts.append(needed.classify(store._catalog, victim, chunk))
-            time.sleep(0)
+                parts.append(
+                    needed.classify(store._catalog, victim, needed.part(records, start, end))
+                )
         else:
             found = needed.merge(parts, victim)
-            put_ids[victim] = found.all_put_ids if store._acct.peek(victim).dead_puts else []
-        if victim not in put_ids:
+            dead_puts[victim] = found.dead_puts
+        if victim not in dead_puts:
             continue
         for n, (msg_id, item, entry) in enumerate(found.puts):
-            if not n % needed.YIELD_EVERY:
-                time.sleep(0)
+            if not n % pacer.batch:
+                pacer.pause()
             data = buf[item.offset : item.end]
             put = codec.decode_put_meta(buf, item.payload_start)
             if put.deliveries != entry.deliveries:
@@ -117,13 +116,13 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
             copies.append(
                 _Copy(fmt.TYPE_DELIVER, msg_id, victim, codec.encode_deliver(msg_id, count), count)
             )
-        time.sleep(0)  # let foreground threads run between victims
-    victims = list(put_ids)
+        pacer.pause()
+    victims = list(dead_puts)
     for msg_id, victim, put_file in co_victim_acks:
         # An ACK whose PUT record goes away in this pass too cancels nothing after
         # it; but if that file was left out (damage, or it became the head), the
         # ACK must be carried like any other.
-        if put_file not in put_ids:
+        if put_file not in dead_puts:
             copies.append(_Copy(fmt.TYPE_ACK, msg_id, victim, codec.encode_ack(msg_id), 0))
     if not victims:
         return RewriteResult(0, 0, 0, tuple(skipped))
@@ -144,11 +143,9 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
             )
             store._data_bytes += out.size
         catalog = store._catalog
-        for start in range(0, len(copies), _CHUNK):
+        for start, end in pacer.spans(len(copies)):
             with store._lock:
-                for copy, offset in zip(
-                    copies[start : start + _CHUNK], offsets[start : start + _CHUNK], strict=True
-                ):
+                for copy, offset in zip(copies[start:end], offsets[start:end], strict=True):
                     if copy.rtype == fmt.TYPE_PUT:
                         catalog.relocate(
                             copy.msg_id, copy.victim, out_id, offset, len(copy.data), copy.count
@@ -157,13 +154,13 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
                         catalog.carry_ack(copy.msg_id, copy.victim, out_id)
                     else:
                         catalog.carry_deliver(copy.msg_id, copy.count, copy.victim, out_id)
-            time.sleep(0)
         for victim in victims:
-            ids = put_ids[victim]
-            for start in range(0, len(ids), _CHUNK):
+            # Consumed messages stay consumed, so what was found during the
+            # classification still holds; those acked since were moved to the copy.
+            pairs = dead_puts[victim]
+            for start, end in pacer.spans(len(pairs)):
                 with store._lock:
-                    catalog.release_dead_puts(victim, ids[start : start + _CHUNK])
-                time.sleep(0)
+                    catalog.release_acked(victim, pairs[start:end])
         with store._lock:
             # All victims go, or none: the MANIFEST names them all, and a rebuild
             # that finds some gone treats the others as redundant.
@@ -215,7 +212,7 @@ def _write_output(
             if len(batch) >= 256:
                 out.append(b"".join(batch))
                 batch.clear()
-                time.sleep(0)  # let foreground threads run between batches
+                store._pacer.pause()
         if batch:
             out.append(b"".join(batch))
         crash_point("compact.before_output_fsync")

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 _MAX_RECLAIM_ROUNDS = 64
 _MANIFEST_ROOM = 4096  # header and MANIFEST of a compacted file, generously
+_READ_BUDGET_FILES = 8  # data files' worth of victims one pass may read
 
 
 class Compactor:
@@ -70,6 +71,7 @@ class Compactor:
             small_file=max_file_size // 8,
             min_gain=policy.min_gain_for(max_file_size),
             hard_budget=hard,
+            read_budget=_READ_BUDGET_FILES * max_file_size,
         )
 
     def _reclaim_all(self, threshold: float, budget: int) -> tuple[int, int]:
@@ -125,6 +127,20 @@ class Compactor:
                 and (view.dead_bytes >= policy.min_gain_for(size))
             ):
                 store._journal.roll_over()
+
+    def behind(self) -> bool:
+        """Whether the data files are past what the space guarantee allows at
+        the store's threshold (background work then does not step aside)."""
+        store = self._store
+        with store._lock:
+            needed = sum(
+                a.live_bytes + a.needed_marks * policy.MARK_COST
+                for a in store._acct.files.values()
+                if not a.retired
+            )
+            size = store._data_bytes
+        options = store.options
+        return policy.behind(size, needed, options.compaction_threshold, options.max_file_size)
 
     def _budget(self, budget: int | None) -> tuple[int, bool]:
         """The bytes this pass may copy, and whether that is a hard limit."""
@@ -249,7 +265,12 @@ class Compactor:
                 gain = policy.min_gain_for(store.options.max_file_size)
                 if store._data_bytes - policy.reclaimable_bytes(views, gain) + needed > limit:
                     return  # nothing a pass could free would make it fit: do not copy in vain
-                self._pass(1.0, max(store.options.max_file_size // 2, needed))
+                # A put is waiting for this pass: it does not step aside.
+                store._pacer.forced = True
+                try:
+                    self._pass(1.0, max(store.options.max_file_size // 2, needed))
+                finally:
+                    store._pacer.forced = False
                 if store._data_bytes + needed <= limit:
                     return
                 # The dead bytes may be in the write head, which a pass never

@@ -19,6 +19,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("msgcask")
 
 
+class _DropSkippedRuns(logging.Filter):
+    """A run skipped because a pass is still going is what ``max_instances=1``
+    is for, not something to warn about on every tick of a long pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "maximum number of running instances reached" not in record.getMessage()
+
+
+# APScheduler logs through this logger (given to it below), not its own.
+_scheduler_log = logging.getLogger("msgcask.scheduler")
+_scheduler_log.addFilter(_DropSkippedRuns())
+
+
 class CompactionScheduler:
     def __init__(self, store: Store):
         self._store = store
@@ -31,7 +44,7 @@ class CompactionScheduler:
             return
         from apscheduler.schedulers.background import BackgroundScheduler
 
-        scheduler = BackgroundScheduler(daemon=True)
+        scheduler = BackgroundScheduler(daemon=True, logger=_scheduler_log)
         scheduler.add_job(
             self._run,
             "interval",

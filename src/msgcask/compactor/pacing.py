@@ -1,0 +1,77 @@
+"""Background work gives way to foreground calls.
+
+Threads of one Python process share the interpreter lock, and the compactor
+shares the store's lock with every call: while a pass parses or swaps, a put
+waits for it, once per system call it makes. So background work runs in
+batches (``Pacer.spans``) and pauses between them, sleeping once the work
+since the last sleep exceeds a time slice: a short one while foreground calls
+keep coming (one started within the last ``POLITE_WINDOW`` seconds), a long
+one when no call came in, and one in between when compaction is behind
+(disk use is past what the space guarantee allows, and space comes before
+latency: checked every ``RECHECK_EVERY`` seconds) or when a put waits for the
+work (``forced``).
+
+A sleep hands both locks to whoever waits for them; it costs about 0.08 ms
+even for zero seconds (the kernel's timer slack on Linux), which is why a pass
+does not sleep after every batch. Batches are small while stepping aside, so
+each hold of the store's lock is short, and large otherwise: under contention
+every lock acquisition waits for a foreground call, and small batches would
+slow a pass that must catch up many times over.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+POLITE_BATCH = 8  # records per batch (and per hold of the store's lock) while stepping aside
+FULL_BATCH = 64  # the same otherwise
+POLITE_WINDOW = 0.001  # seconds after a foreground call during which work steps aside
+POLITE_SLICE = 0.00005  # seconds of background work between sleeps while stepping aside
+URGENT_SLICE = 0.0005  # the same while calls come in but compaction is behind
+FULL_SLICE = 0.001  # the same while no call comes in (one that starts waits about this)
+RECHECK_EVERY = 0.02  # seconds between checks of whether compaction is behind
+
+
+class Pacer:
+    def __init__(self, behind: Callable[[], bool] = lambda: False) -> None:
+        self._behind = behind
+        # Foreground calls started. Only its changes matter, so the unlocked
+        # increments (which may collide) are good enough.
+        self.calls = 0
+        self.forced = False  # a put waits for this work: never step aside
+        self.batch = POLITE_BATCH
+        self._seen = 0
+        self._last_call = float("-inf")
+        self._last_sleep = time.perf_counter()
+        self._urgent = False
+        self._checked = float("-inf")
+
+    def pause(self) -> None:
+        """Call between batches of background work (without the store's lock)."""
+        now = time.perf_counter()
+        if self.calls != self._seen:
+            self._seen = self.calls
+            self._last_call = now
+        if now - self._checked >= RECHECK_EVERY:
+            self._urgent = self._behind()
+            self._checked = now
+        if now - self._last_call >= POLITE_WINDOW:
+            slice_, self.batch = FULL_SLICE, FULL_BATCH
+        elif self.forced or self._urgent:
+            slice_, self.batch = URGENT_SLICE, FULL_BATCH
+        else:
+            slice_, self.batch = POLITE_SLICE, POLITE_BATCH
+        if now - self._last_sleep >= slice_:
+            time.sleep(0)
+            self._last_sleep = time.perf_counter()
+
+    def spans(self, count: int) -> Iterator[tuple[int, int]]:
+        """(start, end) of consecutive batches covering ``count`` items, with a
+        pause before each."""
+        start = 0
+        while start < count:
+            self.pause()
+            end = min(start + self.batch, count)
+            yield start, end
+            start = end

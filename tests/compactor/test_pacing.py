@@ -1,0 +1,152 @@
+"""How background work shares the interpreter with foreground calls (compactor/pacing.py).
+
+The pacer's decisions are checked with a fake clock (nothing here measures time):
+small batches and frequent sleeps while calls keep coming, large batches and rare
+sleeps otherwise, and the large ones whenever compaction is behind or a put waits.
+Then, on a real store, that a background run keeps passing while it is behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import msgcask
+from msgcask.compactor import pacing
+from msgcask.compactor.pacing import Pacer
+
+KIB = 1024
+MFS = 64 * KIB
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sleeps = 0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps += 1
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(pacing, "time", fake)
+    return fake
+
+
+def test_while_calls_come_in_work_runs_in_small_slices(clock: FakeClock) -> None:
+    pacer = Pacer()
+    pacer.calls += 1
+    pacer.pause()
+    assert pacer.batch == pacing.POLITE_BATCH
+    sleeps = clock.sleeps
+    clock.now += pacing.POLITE_SLICE / 2
+    pacer.pause()
+    assert clock.sleeps == sleeps  # not yet a slice of work
+    clock.now += pacing.POLITE_SLICE
+    pacer.pause()
+    assert clock.sleeps == sleeps + 1
+
+
+def test_without_calls_work_runs_in_large_slices(clock: FakeClock) -> None:
+    pacer = Pacer()
+    pacer.pause()
+    assert pacer.batch == pacing.FULL_BATCH
+    sleeps = clock.sleeps
+    clock.now += pacing.FULL_SLICE / 2
+    pacer.pause()
+    assert clock.sleeps == sleeps
+    clock.now += pacing.FULL_SLICE
+    pacer.pause()
+    assert clock.sleeps == sleeps + 1
+
+
+def test_calls_stop_counting_after_the_polite_window(clock: FakeClock) -> None:
+    pacer = Pacer()
+    pacer.calls += 1
+    pacer.pause()
+    assert pacer.batch == pacing.POLITE_BATCH
+    clock.now += pacing.POLITE_WINDOW * 2
+    pacer.pause()
+    assert pacer.batch == pacing.FULL_BATCH
+
+
+@pytest.mark.parametrize("how", ["behind", "forced"])
+def test_behind_or_forced_work_does_not_step_aside_for_calls(clock: FakeClock, how: str) -> None:
+    pacer = Pacer(behind=lambda: how == "behind")
+    pacer.forced = how == "forced"
+    pacer.calls += 1
+    pacer.pause()
+    assert pacer.batch == pacing.FULL_BATCH
+    sleeps = clock.sleeps
+    clock.now += pacing.POLITE_SLICE * 2  # a polite pacer would sleep here
+    pacer.pause()
+    assert clock.sleeps == sleeps
+    clock.now += pacing.URGENT_SLICE
+    pacer.pause()
+    assert clock.sleeps == sleeps + 1
+
+
+def test_being_behind_is_checked_again_only_after_a_while(clock: FakeClock) -> None:
+    answers = iter([False, True])
+    checks: list[bool] = []
+
+    def behind() -> bool:
+        checks.append(next(answers))
+        return checks[-1]
+
+    pacer = Pacer(behind=behind)
+    pacer.calls += 1
+    pacer.pause()
+    clock.now += pacing.RECHECK_EVERY / 4
+    pacer.calls += 1
+    pacer.pause()
+    assert checks == [False] and pacer.batch == pacing.POLITE_BATCH
+    clock.now += pacing.RECHECK_EVERY
+    pacer.calls += 1
+    pacer.pause()
+    assert checks == [False, True] and pacer.batch == pacing.FULL_BATCH
+
+
+def test_spans_cover_every_item_once_in_the_current_batch_size(clock: FakeClock) -> None:
+    pacer = Pacer()
+    pacer.calls += 1
+    spans = list(pacer.spans(20))
+    assert spans == [(0, 8), (8, 16), (16, 20)]
+    assert list(Pacer().spans(0)) == []
+    clock.now += 1.0  # no call since: large batches
+    assert list(pacer.spans(100)) == [(0, 64), (64, 100)]
+
+
+def test_a_background_run_keeps_passing_while_compaction_is_behind(tmp_path: Path) -> None:
+    # Forty sparse files: one pass reads at most eight, so a single compact() leaves
+    # the store behind; a background run chains passes until it has caught up.
+    def sparse_store(path: Path) -> msgcask.Store:
+        store = msgcask.open(path, max_file_size=MFS, compaction_interval=None)
+        q = store.queue("q")
+        for _ in range(40 * 60):
+            q.put(b"s" * 1000)
+        for i in range(40 * 60):
+            m = q.get(block=False)
+            if i % 10:
+                q.ack(m)
+        return store
+
+    def within_bound(store: msgcask.Store) -> bool:
+        st = store.stats()
+        return st.data_bytes <= (st.live_bytes + st.needed_bytes) / 0.5 + 3 * MFS
+
+    with sparse_store(tmp_path / "one") as store:
+        store.compact()
+        assert store.stats().compaction.passes == 1
+        assert not within_bound(store)
+    with sparse_store(tmp_path / "run") as store:
+        store._compact_in_background()
+        assert store.stats().compaction.passes > 1
+        assert within_bound(store), store.stats()
+        assert store.verify() == []
