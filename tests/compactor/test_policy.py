@@ -261,13 +261,19 @@ def test_read_budget_caps_the_victims_one_pass_reads() -> None:
     assert len(unlimited.rewrite) == 10
 
 
-def test_behind_means_within_two_files_of_the_space_bound() -> None:
-    # The bound at threshold t: needed / t; two data files of slack on top.
-    needed = 10 * SIZE
-    assert not behind(20 * SIZE + 2 * SIZE, needed, 0.5, SIZE)
-    assert behind(20 * SIZE + 2 * SIZE + 1, needed, 0.5, SIZE)
-    assert not behind(12 * SIZE, needed, 1.0, SIZE)
-    assert behind(12 * SIZE + 1, needed, 1.0, SIZE)
+def test_behind_means_two_files_of_work_pending() -> None:
+    def is_behind(files: list[FileView]) -> bool:
+        return behind(files, 0.5, min_gain_for(SIZE), SIZE)
+
+    sparse = view(1, live=SIZE // 4)  # 3/4 of a file to free by a rewrite
+    deletable = view(2)  # a whole file to free
+    dense = view(3, live=SIZE * 3 // 4)  # over the threshold: nothing to do
+    head = view(4, active=True)  # never touched, however empty
+    assert not is_behind([sparse, dense, head])
+    assert not is_behind([deletable, dense, head])
+    assert not is_behind([sparse, deletable])  # 1.75 files
+    assert is_behind([sparse, deletable, view(5, live=SIZE // 4)])  # 2.5 files
+    assert is_behind([deletable, view(6)])
 
 
 def test_budget_counts_carried_marks() -> None:

@@ -28,7 +28,7 @@ POLITE_BATCH = 8  # records per batch (and per hold of the store's lock) while s
 FULL_BATCH = 64  # the same otherwise
 POLITE_WINDOW = 0.001  # seconds after a foreground call during which work steps aside
 POLITE_SLICE = 0.00005  # seconds of background work between sleeps while stepping aside
-URGENT_SLICE = 0.0005  # the same while calls come in but compaction is behind
+URGENT_SLICE = 0.0002  # the same while calls come in but compaction is behind
 FULL_SLICE = 0.001  # the same while no call comes in (one that starts waits about this)
 RECHECK_EVERY = 0.02  # seconds between checks of whether compaction is behind
 

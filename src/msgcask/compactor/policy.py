@@ -77,12 +77,13 @@ def sparse_dead_bytes(files: list[FileView], threshold: float, min_gain: int) ->
     )
 
 
-def behind(size: int, needed: int, threshold: float, max_file_size: int) -> bool:
-    """Whether data files of ``size`` bytes, of which ``needed`` bytes are
-    needed (live records, and needed ACK/DELIVER records at ``MARK_COST``),
-    are within two data files of the space bound at ``threshold``: compaction
-    should then take the CPU it needs, not step aside."""
-    return size > needed / threshold + 2 * max_file_size
+def behind(files: list[FileView], threshold: float, min_gain: int, max_file_size: int) -> bool:
+    """Whether passes have at least two data files' worth of bytes to free
+    (whole deletable files, and dead bytes of files worth rewriting): compaction
+    should then take the CPU it needs rather than step aside, or the work left
+    would grow with the traffic, and disk with it."""
+    # A deletable file counts whole here: nothing in it is needed.
+    return sparse_dead_bytes(files, threshold, min_gain) >= 2 * max_file_size
 
 
 def reclaimable_bytes(files: list[FileView], min_gain: int) -> int:

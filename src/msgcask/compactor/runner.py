@@ -129,18 +129,15 @@ class Compactor:
                 store._journal.roll_over()
 
     def behind(self) -> bool:
-        """Whether the data files are past what the space guarantee allows at
-        the store's threshold (background work then does not step aside)."""
+        """Whether passes have a backlog of work (background work then does not
+        step aside for foreground calls)."""
         store = self._store
         with store._lock:
-            needed = sum(
-                a.live_bytes + a.needed_marks * policy.MARK_COST
-                for a in store._acct.files.values()
-                if not a.retired
-            )
-            size = store._data_bytes
-        options = store.options
-        return policy.behind(size, needed, options.compaction_threshold, options.max_file_size)
+            views = self._rewritable(self._views())
+        size = store.options.max_file_size
+        return policy.behind(
+            views, store.options.compaction_threshold, policy.min_gain_for(size), size
+        )
 
     def _budget(self, budget: int | None) -> tuple[int, bool]:
         """The bytes this pass may copy, and whether that is a hard limit."""
