@@ -12,6 +12,7 @@ from workload_sizes import Run
 
 from msgcask.cli.bench import bench, demo
 from msgcask.workloads.report import summary, table
+from msgcask.workloads.result import space_bound_check
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -110,3 +111,33 @@ def test_cli_module_imports_nothing_heavy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_space_bound_is_checked_at_every_sample_after_the_first_pass() -> None:
+    mib = 2**20
+
+    def sample(passes: int, data: int, live: int) -> dict[str, int]:
+        return {"compaction_passes": passes, "data_bytes": data, "live_bytes": live}
+
+    samples = [
+        sample(0, 50 * mib, 1 * mib),  # before the first pass: not counted
+        sample(1, 5 * mib, 1 * mib),  # bound at t=0.5: 2 + 3 = 5 MiB
+        sample(2, 5 * mib + 1, 1 * mib),
+        sample(3, 3 * mib, 0),
+    ]
+    assert space_bound_check(samples, 0.5, mib) == {
+        "samples_after_first_pass": 3,
+        "samples_over_bound": 1,
+    }
+    peers = [{"compaction_passes": None, "data_bytes": None, "live_bytes": None}]
+    assert space_bound_check(peers, 0.5, mib) == {}
+
+
+def test_summary_reports_the_space_bound_for_msgcask_runs(run_tiny: Run) -> None:
+    doc, _ = run_tiny("dlq-heavy", peers=["sqlite3"], compaction="on")
+    (msgcask_run,) = [r for r in doc["runs"] if r["compaction_on"]]
+    space = msgcask_run["space"]
+    assert 0 <= space["samples_over_bound"] <= space["samples_after_first_pass"]
+    assert "space bound (data <= live / threshold + 3 files): exceeded in" in summary(doc)
+    sqlite_run = next(r for r in doc["runs"] if r["subject"] == "sqlite3")
+    assert "samples_over_bound" not in sqlite_run["space"]

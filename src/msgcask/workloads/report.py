@@ -114,6 +114,12 @@ def summary(doc: dict[str, Any]) -> str:
             table(["other", "put/s", "get+ack/s", "put p99", "max disk", "final disk"], ratio_rows),
         ]
     for r in doc["runs"]:
+        if "samples_over_bound" in r["space"]:
+            parts.append(
+                f"{r['label']}: space bound (data <= live / threshold + 3 files): exceeded in "
+                f"{r['space']['samples_over_bound']} of {r['space']['samples_after_first_pass']} "
+                "samples after the first pass"
+            )
         for e in r["errors"]:
             parts.append(f"{r['label']}: error: {e}")
         for n in r["notes"]:

@@ -40,6 +40,7 @@ def build_result(
     """The full document: parameters, runs with derived metrics, skips, ratios."""
     for run in runs:
         run.update(derived_metrics(run))
+        run["space"].update(space_bound_check(run["samples"], cfg.threshold, cfg.max_file_size))
     return {
         "schema_version": SCHEMA_VERSION,
         "workload": cfg.workload,
@@ -94,6 +95,34 @@ def derived_metrics(run: dict[str, Any]) -> dict[str, Any]:
         "peak_rss_anon_bytes": max(anon) if anon else None,
         "compaction": stats.get("compaction") if stats else None,
     }
+
+
+# Data files allowed beyond live / threshold (design brief, guarantee 5): the write
+# head, the file being sealed and the output of a pass under way.
+BOUND_FILES = 3
+
+
+def space_bound_check(
+    samples: list[dict[str, Any]], threshold: float, max_file_size: int
+) -> dict[str, int]:
+    """How many samples after the first compaction pass had more data-file bytes
+    than ``live_bytes / threshold + BOUND_FILES`` data files (msgcask runs only:
+    peers have no such counts)."""
+    after = [
+        s
+        for s in samples
+        if s.get("compaction_passes")
+        and s.get("data_bytes") is not None
+        and s.get("live_bytes") is not None
+    ]
+    over = [
+        s
+        for s in after
+        if s["data_bytes"] > s["live_bytes"] / threshold + BOUND_FILES * max_file_size
+    ]
+    if not after:
+        return {}
+    return {"samples_after_first_pass": len(after), "samples_over_bound": len(over)}
 
 
 def ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
