@@ -46,6 +46,16 @@ class CompactionStats:
     bytes_copied: int = 0
     bytes_reclaimed: int = 0
 
+    def plus(self, done: CompactionReport, passes: int = 0) -> CompactionStats:
+        """These totals with what ``done`` did added (and ``passes`` more passes)."""
+        return CompactionStats(
+            self.passes + passes,
+            self.files_deleted + done.files_deleted,
+            self.files_rewritten + done.files_rewritten,
+            self.bytes_copied + done.bytes_copied,
+            self.bytes_reclaimed + done.bytes_reclaimed,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class StoreStats:

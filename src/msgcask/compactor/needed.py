@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from msgcask.compactor.pacing import POLITE_BATCH
 from msgcask.index.catalog import Catalog
 from msgcask.index.keys import STATE_LIVE, Live
 from msgcask.store import codec
 from msgcask.store import format as fmt
+
+if TYPE_CHECKING:
+    from msgcask.db import Store
 
 
 @dataclass
@@ -61,24 +65,23 @@ def parse(buf: bytes, pause: Callable[[], None] | None = None) -> FileRecords:
     return out
 
 
-def part(records: FileRecords, start: int, end: int) -> FileRecords:
-    """Records ``start:end`` of each kind, to classify under a short lock hold."""
-    return FileRecords(
-        records.puts[start:end], records.acks[start:end], records.delivers[start:end]
-    )
-
-
-def longest(records: FileRecords) -> int:
-    return max(len(records.puts), len(records.acks), len(records.delivers))
-
-
-def merge(parts: list[Needed], file_id: int) -> Needed:
+def find(store: Store, file_id: int, records: FileRecords) -> Needed:
+    """``classify`` in the background: a batch of records per hold of the
+    store's lock, pausing between batches, so foreground latency does not see
+    the whole file. What changes in between is the swap's compare-and-swap's
+    business."""
     whole = Needed(file_id)
-    for part in parts:
-        whole.puts += part.puts
-        whole.acks += part.acks
-        whole.delivers += part.delivers
-        whole.dead_puts += part.dead_puts
+    longest = max(len(records.puts), len(records.acks), len(records.delivers))
+    for start, end in store._pacer.spans(longest):
+        batch = FileRecords(
+            records.puts[start:end], records.acks[start:end], records.delivers[start:end]
+        )
+        with store._lock:
+            found = classify(store._catalog, file_id, batch)
+        whole.puts += found.puts
+        whole.acks += found.acks
+        whole.delivers += found.delivers
+        whole.dead_puts += found.dead_puts
     whole.dead_puts = list(dict(whole.dead_puts).items())  # each released once
     return whole
 

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from msgcask.compactor import needed
 from msgcask.errors import Error
-from msgcask.index.keys import Acked
 from msgcask.store.filenames import data_file_name
 from msgcask.store.fs import crash_point
 
@@ -76,16 +75,8 @@ def _release(store: Store, file_id: int) -> bool:
     records meanwhile (all its messages are consumed, and only the compactor,
     which is running this, releases them).
     """
-    pacer = store._pacer
-    records = needed.parse(store._handles[file_id].read_all(), pacer.pause)  # sealed: no lock
-    ids = [msg_id for msg_id, _ in records.puts]
-    pending: list[tuple[int, int]] = []  # (id, file of its ACK)
-    for start, end in pacer.spans(len(ids)):
-        with store._lock:
-            for msg_id in ids[start:end]:
-                entry = store._catalog.lookup(msg_id)
-                if isinstance(entry, Acked) and entry.put_file == file_id:
-                    pending.append((msg_id, entry.ack_file))
+    records = needed.parse(store._handles[file_id].read_all(), store._pacer.pause)  # sealed
+    pending = needed.find(store, file_id, records).dead_puts  # (id, file of its ACK)
     if len(pending) != store._acct.files[file_id].dead_puts:
         log.error(
             "msgcask: file %d: found %d of its %d consumed PUT records (damaged?); kept",
@@ -94,11 +85,17 @@ def _release(store: Store, file_id: int) -> bool:
             store._acct.files[file_id].dead_puts,
         )
         return False
-    for start, end in pacer.spans(len(pending)):
-        with store._lock:
-            # No second lookup: only the compactor (running this) changes ACKED entries.
-            store._catalog.release_acked(file_id, pending[start:end])
+    release(store, file_id, pending)
     return True
+
+
+def release(store: Store, file_id: int, pairs: list[tuple[int, int]]) -> None:
+    """Delete the ACKED entries (id, ACK file) found for ``file_id``'s dead PUT
+    records, a batch per lock hold. No second lookup: only the compactor, one
+    pass at a time, moves or deletes ACKED entries."""
+    for start, end in store._pacer.spans(len(pairs)):
+        with store._lock:
+            store._catalog.release_acked(file_id, pairs[start:end])
 
 
 def delete_retired(store: Store, file_ids: list[int]) -> int:

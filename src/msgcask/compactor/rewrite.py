@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from msgcask.compactor import needed
-from msgcask.compactor.reclaim import delete_retired, reclaim
+from msgcask.compactor.reclaim import delete_retired, reclaim, release
 from msgcask.errors import Error
 from msgcask.index.accounting import FileAccount
 from msgcask.store import codec
@@ -68,6 +68,9 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
     dead_puts: dict[int, list[tuple[int, int]]] = {}  # victim -> (id, ACK file)
     pacer = store._pacer
     for victim in victims:
+        with store._lock:
+            if victim == store._journal.head_id or store._acct.peek(victim).retired:
+                continue  # no longer a victim since the plan
         buf = store._handles[victim].read_all()
         records = needed.parse(buf, pacer.pause)
         if records.damaged:
@@ -77,20 +80,8 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
             log.warning("msgcask: data file %d has damaged records; not compacted", victim)
             skipped.append(victim)
             continue
-        parts = []
-        for start, end in pacer.spans(needed.longest(records)):
-            # Short lock holds, so foreground latency does not see the whole file.
-            with store._lock:
-                if victim == store._journal.head_id or store._acct.peek(victim).retired:
-                    break
-                parts.append(
-                    needed.classify(store._catalog, victim, needed.part(records, start, end))
-                )
-        else:
-            found = needed.merge(parts, victim)
-            dead_puts[victim] = found.dead_puts
-        if victim not in dead_puts:
-            continue
+        found = needed.find(store, victim, records)
+        dead_puts[victim] = found.dead_puts
         for n, (msg_id, item, entry) in enumerate(found.puts):
             if not n % pacer.batch:
                 pacer.pause()
@@ -157,10 +148,7 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
         for victim in victims:
             # Consumed messages stay consumed, so what was found during the
             # classification still holds; those acked since were moved to the copy.
-            pairs = dead_puts[victim]
-            for start, end in pacer.spans(len(pairs)):
-                with store._lock:
-                    catalog.release_acked(victim, pairs[start:end])
+            release(store, victim, dead_puts[victim])
         with store._lock:
             # All victims go, or none: the MANIFEST names them all, and a rebuild
             # that finds some gone treats the others as redundant.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from msgcask.compactor import policy
@@ -178,14 +177,7 @@ class Compactor:
             bytes_reclaimed=freed + more_freed,
             seconds=time.monotonic() - started,
         )
-        self.totals = replace(
-            self.totals,
-            passes=self.totals.passes + 1,
-            files_deleted=self.totals.files_deleted + report.files_deleted,
-            files_rewritten=self.totals.files_rewritten + report.files_rewritten,
-            bytes_copied=self.totals.bytes_copied + report.bytes_copied,
-            bytes_reclaimed=self.totals.bytes_reclaimed + report.bytes_reclaimed,
-        )
+        self.totals = self.totals.plus(report, passes=1)
         self.last = report
         return report
 
@@ -216,11 +208,8 @@ class Compactor:
                     break
                 files, freed = reclaim(store, sorted(ready))
                 deleted += files
-                self.totals = replace(
-                    self.totals,
-                    files_deleted=self.totals.files_deleted + files,
-                    bytes_reclaimed=self.totals.bytes_reclaimed + freed,
-                )
+                deletion = CompactionReport(files_deleted=files, bytes_reclaimed=freed)
+                self.totals = self.totals.plus(deletion)
             return deleted
         finally:
             self._mutex.release()
