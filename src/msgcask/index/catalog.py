@@ -319,6 +319,27 @@ class Catalog:
             self.acct.drop_mark(ack_file)
             self.acct[file_id].dead_puts -= 1
 
+    def dead_puts_between(
+        self, file_id: int, first: int, end: int, most: int
+    ) -> tuple[list[tuple[int, int]], int]:
+        """Scan the entries of ids ``first`` up to ``end`` (at most ``most`` of
+        them): return the (id, ACK file) of those ACKED with their PUT record in
+        ``file_id``, and the id to go on from (``end`` once done)."""
+        found: list[tuple[int, int]] = []
+        with self.env.txn.cursor(db=self.env.msgs) as cur:
+            if not cur.set_range(keys.msg_key(first)):
+                return found, end
+            for _ in range(most):
+                msg_id = keys.MSG_KEY.unpack(cur.key())[0]
+                if msg_id >= end:
+                    return found, end
+                entry = keys.unpack_msg(cur.value())
+                if isinstance(entry, Acked) and entry.put_file == file_id:
+                    found.append((msg_id, entry.ack_file))
+                if not cur.next():
+                    return found, end
+            return found, keys.MSG_KEY.unpack(cur.key())[0]
+
     def needed_ack(self, msg_id: int, file_id: int) -> Acked | None:
         entry = self.lookup(msg_id)
         if isinstance(entry, Acked) and entry.ack_file == file_id:
