@@ -35,7 +35,7 @@ import pytest
 
 import msgcask
 from msgcask import db, options
-from msgcask.compactor import needed, pacing, policy, reclaim, rewrite, runner
+from msgcask.compactor import needed, pacing, policy, rewrite, runner
 from msgcask.index import accounting, env, keys
 from msgcask.options import Options
 from msgcask.store import filenames, fs, recovery
@@ -81,7 +81,6 @@ QUALIFIED_MODULES: dict[str, ModuleType] = {
     "options": options,
     "pacing": pacing,
     "policy": policy,
-    "reclaim": reclaim,
     "recovery": recovery,
     "rewrite": rewrite,
     "runner": runner,

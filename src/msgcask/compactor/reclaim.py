@@ -22,8 +22,6 @@ from typing import TYPE_CHECKING
 
 from msgcask.compactor import needed
 from msgcask.errors import Error
-from msgcask.store import codec
-from msgcask.store import format as fmt
 from msgcask.store.filenames import data_file_name
 from msgcask.store.fs import crash_point
 
@@ -31,10 +29,6 @@ if TYPE_CHECKING:
     from msgcask.db import Store
 
 log = logging.getLogger("msgcask")
-
-# Index entries scanned per batch, in units of the pacer's batch (sized for
-# classifying records): scanning an entry costs about a quarter as much.
-_SCAN_BATCH_FACTOR = 4
 
 
 def reclaim(store: Store, file_ids: list[int]) -> tuple[int, int]:
@@ -83,7 +77,8 @@ def _release(store: Store, file_id: int) -> bool:
     which is running this, releases them).
     """
     expected = store._acct.files[file_id].dead_puts
-    pending = _dead_puts_by_id(store, file_id)  # (id, file of its ACK)
+    in_range = needed.by_id(store, file_id)
+    pending = None if in_range is None else in_range.dead  # (id, file of its ACK)
     if pending is None or len(pending) != expected:
         records = needed.parse(store._handles[file_id].read_all(), store._pacer.pause)  # sealed
         pending = needed.find(store, file_id, records).dead_puts
@@ -97,40 +92,6 @@ def _release(store: Store, file_id: int) -> bool:
         return False
     release(store, file_id, pending)
     return True
-
-
-def _dead_puts_by_id(store: Store, file_id: int) -> list[tuple[int, int]] | None:
-    """The dead PUT records of a journal file, found from the index alone.
-
-    A journal file's PUT ids almost all lie between its header's id floor and
-    the next journal file's: ids are handed out in the order records are
-    appended (only a transaction's ids, reserved at its put, may be older than
-    the file its commit lands in). Scanning that range of the index costs a
-    fraction of reading and parsing the file; the caller falls back to that
-    when the range does not hold all of them. None for other files.
-    """
-    with store._lock:
-        later = [
-            f
-            for f, a in store._acct.files.items()
-            if f > file_id and a.kind == fmt.KIND_JOURNAL and f in store._handles
-        ]
-        if store._acct.files[file_id].kind != fmt.KIND_JOURNAL or not later:
-            return None
-        handles = store._handles[file_id], store._handles[min(later)]
-    first, end = (
-        codec.decode_file_header(h.read(0, fmt.FILE_HEADER_SIZE), h.path).id_floor for h in handles
-    )
-    pairs: list[tuple[int, int]] = []
-    pacer = store._pacer
-    while first < end:
-        pacer.pause()
-        with store._lock:
-            found, first = store._catalog.dead_puts_between(
-                file_id, first, end, pacer.batch * _SCAN_BATCH_FACTOR
-            )
-        pairs += found
-    return pairs
 
 
 def release(store: Store, file_id: int, pairs: list[tuple[int, int]]) -> None:

@@ -4,7 +4,10 @@ Steps, with the crash point after each (see docs/design.md for why each crash
 is safe):
 
 1. read each victim (sealed files never change, so without the lock) and ask
-   the index, under the lock, what in it is needed (compactor/needed.py);
+   the index, under the lock, what in it is needed (compactor/needed.py); a
+   journal victim with few live messages and no needed ACK or DELIVER record
+   is not read whole: the index's entries in its id range name its records,
+   and only the live ones are read;
 2. write a new compacted file: header, MANIFEST (the victims' ids), then the
    live PUT records (re-encoded with the current delivery count), the needed
    ACK and DELIVER records; fsync it and the directory;
@@ -71,16 +74,20 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
         with store._lock:
             if victim == store._journal.head_id or store._acct.peek(victim).retired:
                 continue  # no longer a victim since the plan
-        buf = store._handles[victim].read_all()
-        records = needed.parse(buf, pacer.pause)
-        if records.damaged:
-            # What the damage hides (a live message, a needed ACK) could not be
-            # copied, so the file could not be deleted after the swap; and every
-            # victim named in the MANIFEST must be. Leave it out of this pass.
-            log.warning("msgcask: data file %d has damaged records; not compacted", victim)
-            skipped.append(victim)
-            continue
-        found = needed.find(store, victim, records)
+        from_index = needed.find_by_id(store, victim)
+        if from_index is not None:
+            buf, found = from_index
+        else:
+            buf = store._handles[victim].read_all()
+            records = needed.parse(buf, pacer.pause)
+            if records.damaged:
+                # What the damage hides (a live message, a needed ACK) could not be
+                # copied, so the file could not be deleted after the swap; and every
+                # victim named in the MANIFEST must be. Leave it out of this pass.
+                log.warning("msgcask: data file %d has damaged records; not compacted", victim)
+                skipped.append(victim)
+                continue
+            found = needed.find(store, victim, records)
         dead_puts[victim] = found.dead_puts
         for n, (msg_id, item, entry) in enumerate(found.puts):
             if not n % pacer.batch:

@@ -319,26 +319,35 @@ class Catalog:
             self.acct.drop_mark(ack_file)
             self.acct[file_id].dead_puts -= 1
 
-    def dead_puts_between(
-        self, file_id: int, first: int, end: int, most: int
-    ) -> tuple[list[tuple[int, int]], int]:
+    def entries_between(
+        self,
+        file_id: int,
+        first: int,
+        end: int,
+        most: int,
+        live: list[tuple[int, Live]],
+        dead: list[tuple[int, int]],
+    ) -> int:
         """Scan the entries of ids ``first`` up to ``end`` (at most ``most`` of
-        them): return the (id, ACK file) of those ACKED with their PUT record in
-        ``file_id``, and the id to go on from (``end`` once done)."""
-        found: list[tuple[int, int]] = []
+        them) for the PUT records in ``file_id``: append (id, entry) of the live
+        ones to ``live`` and (id, ACK file) of the consumed ones to ``dead``.
+        Return the id to go on from (``end`` once done)."""
         with self.env.txn.cursor(db=self.env.msgs) as cur:
             if not cur.set_range(keys.msg_key(first)):
-                return found, end
+                return end
             for _ in range(most):
                 msg_id = keys.MSG_KEY.unpack(cur.key())[0]
                 if msg_id >= end:
-                    return found, end
+                    return end
                 entry = keys.unpack_msg(cur.value())
-                if isinstance(entry, Acked) and entry.put_file == file_id:
-                    found.append((msg_id, entry.ack_file))
+                if isinstance(entry, Acked):
+                    if entry.put_file == file_id:
+                        dead.append((msg_id, entry.ack_file))
+                elif entry.file_id == file_id and entry.state == STATE_LIVE:
+                    live.append((msg_id, entry))
                 if not cur.next():
-                    return found, end
-            return found, keys.MSG_KEY.unpack(cur.key())[0]
+                    return end
+            return int(keys.MSG_KEY.unpack(cur.key())[0])
 
     def needed_ack(self, msg_id: int, file_id: int) -> Acked | None:
         entry = self.lookup(msg_id)

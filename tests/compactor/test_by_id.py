@@ -1,0 +1,168 @@
+"""A journal file's PUT records are found from the index, by id range.
+
+A journal file's PUT ids lie in its range of ids (its header's id floor up to
+the next journal file's), so deleting a drained file finds the ACKs that only
+had to outlive its PUT records by scanning that range of the index, and a
+rewrite of a sparse file without needed ACK or DELIVER records finds its live
+messages there and reads only them, instead of reading and parsing the file.
+A transaction's ids are reserved at its put and may be older than the file its
+commit lands in: then the range misses them and the file's records are read.
+Either way the file must go, with every ACK released and every live message
+kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import msgcask
+from msgcask.compactor import needed
+
+MAX_FILE_SIZE = 64 * 1024
+BODY = b"r" * 1000
+
+
+def _open(path: Path) -> msgcask.Store:
+    return msgcask.open(path, max_file_size=MAX_FILE_SIZE, compaction_interval=None)
+
+
+def _parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the files the compactor parses."""
+    calls: list[int] = []
+    real = needed.parse
+
+    def counting(buf: bytes, pause: object = None) -> needed.FileRecords:
+        calls.append(len(buf))
+        return real(buf, pause)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(needed, "parse", counting)
+    return calls
+
+
+def _drain_through_later_files(store: msgcask.Store, q: msgcask.Queue, count: int) -> None:
+    """Put ``count`` messages, then put as many again while consuming the first
+    ones, so their ACKs land in later files than their PUT records."""
+    for _ in range(count):
+        q.put(BODY)
+    for _ in range(count):
+        q.ack(q.get(block=False))
+        q.put(BODY)
+    for _ in range(count):
+        q.ack(q.get(block=False))
+
+
+def _sealed_journal_files(store: msgcask.Store) -> list[int]:
+    return [f.file_id for f in store.stats().files if f.kind == "journal" and not f.active]
+
+
+def _head(store: msgcask.Store) -> int:
+    (head,) = [f.file_id for f in store.stats().files if f.active]
+    return head
+
+
+def test_drained_journal_files_go_without_being_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _open(tmp_path / "s") as store:
+        q = store.queue("q")
+        _drain_through_later_files(store, q, 300)
+        sealed = _sealed_journal_files(store)
+        assert len(sealed) >= 8
+        parses = _parses(monkeypatch)
+        report = store.compact()
+        assert report.files_deleted >= len(sealed)
+        assert not set(sealed) & {f.file_id for f in store.stats().files}
+        assert parses == []  # every deletion found its ids in the index
+        assert store.verify() == []
+    with _open(tmp_path / "s") as store:  # and a reopen agrees
+        assert store.verify() == []
+        assert len(store.queue("q")) == 0
+
+
+def test_a_transaction_older_than_its_file_falls_back_to_reading_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _open(tmp_path / "s") as store:
+        q = store.queue("q")
+        txn = store.transaction()
+        early = txn.put("q", BODY)  # its id is reserved now...
+        for _ in range(150):  # ...and other puts fill more than two files
+            q.put(BODY)
+        (committed,) = txn.commit()  # ...before it is written, past its file's floor
+        assert committed == early
+        home = _head(store)
+        assert home != 1
+        _drain_through_later_files(store, q, 150)
+        while len(q):
+            q.ack(q.get(block=False))
+        sealed = _sealed_journal_files(store)
+        assert home in sealed
+        parses = _parses(monkeypatch)
+        store.compact()
+        left = {f.file_id for f in store.stats().files}
+        assert not set(sealed) & left  # the transaction's file went too
+        assert parses  # found by reading it
+        assert store.verify() == []
+    with _open(tmp_path / "s") as store:
+        assert store.verify() == []
+        assert len(store.queue("q")) == 0
+
+
+def test_a_sparse_victim_is_rewritten_reading_only_its_live_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _open(tmp_path / "s") as store:
+        live = store.queue("live")
+        work = store.queue("work")
+        for i in range(6 * 60):
+            if i % 20 == 0:
+                live.put(BODY, headers={"i": str(i)})
+            else:
+                work.put(BODY)
+                work.ack(work.get(block=False))
+        sealed = _sealed_journal_files(store)
+        assert len(sealed) >= 4
+        assert all(f.needed_acks == 0 for f in store.stats().files if f.file_id in sealed)
+        parses = _parses(monkeypatch)
+        report = store.compact(threshold=0.5)
+        assert report.files_rewritten >= len(sealed)
+        assert not set(sealed) & {f.file_id for f in store.stats().files}
+        assert parses == []  # no victim was read whole
+        assert store.verify() == []
+    with _open(tmp_path / "s") as store:
+        q = store.queue("live")
+        got = [q.get(block=False) for _ in range(len(q))]
+        assert [m.headers["i"] for m in got] == [str(i) for i in range(0, 6 * 60, 20)]
+        assert all(m.body == BODY for m in got)
+        assert store.verify() == []
+
+
+def test_a_live_transaction_message_older_than_its_victim_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _open(tmp_path / "s") as store:
+        work = store.queue("work")
+        txn = store.transaction()
+        early = txn.put("live", BODY, headers={"txn": "1"})
+        for _ in range(150):  # more than two files pass before the commit
+            work.put(BODY)
+            work.ack(work.get(block=False))
+        txn.commit()
+        home = _head(store)
+        for _ in range(30):  # the rest of its file: consumed at once
+            work.put(BODY)
+            work.ack(work.get(block=False))
+        for _ in range(100):  # seal it
+            work.put(BODY)
+            work.ack(work.get(block=False))
+        assert home in _sealed_journal_files(store)
+        parses = _parses(monkeypatch)
+        store.compact(threshold=0.5)
+        assert home not in {f.file_id for f in store.stats().files}
+        assert parses  # the range missed the message: its file was read
+        assert store.verify() == []
+    with _open(tmp_path / "s") as store:
+        m = store.queue("live").get(block=False)
+        assert (m.id, m.headers, m.body) == (early, {"txn": "1"}, BODY)
