@@ -29,6 +29,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,7 +65,11 @@ class RewriteResult:
     skipped: tuple[int, ...] = ()  # victims with damaged records, left alone
 
 
-def rewrite(store: Store, victims: list[int]) -> RewriteResult:
+def rewrite(
+    store: Store, victims: list[int], between: Callable[[], object] = lambda: None
+) -> RewriteResult:
+    """Rewrite ``victims`` into one compacted file; ``between`` runs after
+    each victim is read (the runner deletes files drained meanwhile)."""
     skipped: list[int] = []
     copies: list[_Copy] = []
     co_victim_acks: list[tuple[int, int, int]] = []  # (id, victim, PUT file) of ACKs
@@ -115,6 +120,7 @@ def rewrite(store: Store, victims: list[int]) -> RewriteResult:
                 _Copy(fmt.TYPE_DELIVER, msg_id, victim, codec.encode_deliver(msg_id, count), count)
             )
         pacer.pause()
+        between()
     victims = list(dead_puts)
     for msg_id, victim, put_file in co_victim_acks:
         # An ACK whose PUT record goes away in this pass too cancels nothing after

@@ -165,7 +165,11 @@ class Compactor:
         plan = self._plan(threshold, limit, hard=hard)
         rewritten = copied = 0
         if plan.rewrite:
-            result = rewrite(store, plan.rewrite)
+            # Files drained while the victims are read go at once, not after the
+            # pass (under a fast drain, a pass that takes a second would
+            # otherwise leave a second's worth of drained files on disk).
+            victims = set(plan.rewrite)
+            result = rewrite(store, plan.rewrite, lambda: self._reclaim_emptied(victims))
             self._damaged.update(result.skipped)
             rewritten, copied = result.files_rewritten, result.bytes_copied
             freed += result.bytes_reclaimed
@@ -185,34 +189,41 @@ class Compactor:
         """Delete the files that became reclaimable since the last call (they are
         noted as counters drop to zero). Skips, returning 0, if a pass is running:
         that pass deletes them. Returns the number of files deleted."""
-        store = self._store
         if not self._mutex.acquire(blocking=False):
             return 0
         try:
-            deleted = 0
-            for _ in range(_MAX_RECLAIM_ROUNDS):
-                with store._lock:
-                    head = store._journal.head_id
-                    emptied = store._acct.emptied
-                    ready = [
-                        f
-                        for f in emptied
-                        if f != head
-                        and f in store._acct.files
-                        and store._acct.files[f].reclaimable
-                        and not store._acct.files[f].retired
-                    ]
-                    # The head stays noted: it becomes deletable once sealed.
-                    emptied.intersection_update({head} if head in emptied else set())
-                if not ready:
-                    break
-                files, freed = reclaim(store, sorted(ready))
-                deleted += files
-                deletion = CompactionReport(files_deleted=files, bytes_reclaimed=freed)
-                self.totals = self.totals.plus(deletion)
-            return deleted
+            return self._reclaim_emptied(set())
         finally:
             self._mutex.release()
+
+    def _reclaim_emptied(self, keep: set[int]) -> int:
+        """``reclaim_emptied`` with the mutex held, leaving ``keep`` (a running
+        rewrite's victims, whose classification must stay theirs) alone."""
+        store = self._store
+        deleted = 0
+        for _ in range(_MAX_RECLAIM_ROUNDS):
+            with store._lock:
+                head = store._journal.head_id
+                emptied = store._acct.emptied
+                ready = [
+                    f
+                    for f in emptied
+                    if f != head
+                    and f not in keep
+                    and f in store._acct.files
+                    and store._acct.files[f].reclaimable
+                    and not store._acct.files[f].retired
+                ]
+                # The head stays noted: it becomes deletable once sealed. A kept
+                # victim is deleted by its rewrite or found by the next plan.
+                emptied.intersection_update({head} if head in emptied else set())
+            if not ready:
+                break
+            files, freed = reclaim(store, sorted(ready))
+            deleted += files
+            deletion = CompactionReport(files_deleted=files, bytes_reclaimed=freed)
+            self.totals = self.totals.plus(deletion)
+        return deleted
 
     def due(self) -> bool:
         """Whether a pass should start before the next interval: the files a
