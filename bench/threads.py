@@ -1,0 +1,142 @@
+"""Where the steady workload's time goes when producer and consumer are threads.
+
+Run: ``.venv/bin/python bench/threads.py [messages]``. Not a test. msgcask and
+the sqlite3 peer (the fastest Python peer in the steady runs), through the
+runner's subjects with the runner's defaults (``sync="periodic"``; for msgcask
+1 MiB data files and a compaction pass every second), each put ``messages`` (50,000 by default) of 1 KiB and get
+and ack them:
+
+* ``one thread``: all puts, then all gets and acks, in the main thread;
+* ``two threads``: a producer and a consumer thread at once, as the steady
+  workload runs them;
+* ``two threads, one CPU``: the same in a child process confined to one CPU.
+
+Python threads share one interpreter lock. Every call that releases it (a
+system call, an LMDB or SQLite call) lets the other thread in; on two CPUs
+that hand-off wakes a thread on the other CPU, which costs more than the call.
+The gap between the second and third rows is that cost.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import tempfile
+import threading
+import time
+
+from msgcask.workloads.definitions import POLL
+from msgcask.workloads.subjects import PEERS, peer_unavailable
+from msgcask.workloads.subjects.base import Subject
+from msgcask.workloads.subjects.msgcask_store import MsgcaskSubject
+
+BODY = b"t" * 1024
+
+
+def make(name: str) -> Subject:
+    path = tempfile.mkdtemp()
+    if name == "msgcask":
+        subject: Subject = MsgcaskSubject(
+            path,
+            sync="periodic",
+            max_deliveries=None,
+            max_file_size=2**20,
+            max_store_size=None,
+            threshold=0.5,
+            compaction=True,
+            compaction_interval=1.0,
+        )
+    else:
+        subject = PEERS[name][0](path, sync="periodic", max_deliveries=0)
+    subject.open()
+    return subject
+
+
+def consume(subject: Subject, n: int) -> None:
+    """Get and ack ``n`` messages, waiting for the producer as the runner does."""
+    deadline = time.monotonic() + 300
+    done = 0
+    while done < n:
+        delivery = subject.get(POLL)
+        if delivery is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{done} of {n} messages consumed in 300 s")
+            continue
+        subject.ack(delivery)
+        done += 1
+
+
+def one_thread(name: str, n: int) -> tuple[float, float]:
+    subject = make(name)
+    try:
+        started = time.perf_counter()
+        for _ in range(n):
+            subject.put(BODY)
+        put_s = time.perf_counter() - started
+        started = time.perf_counter()
+        consume(subject, n)
+        return n / put_s, n / (time.perf_counter() - started)
+    finally:
+        subject.close()
+
+
+def two_threads(name: str, n: int) -> tuple[float, float]:
+    """Rates as the steady workload reports them: messages / each side's span."""
+    subject = make(name)
+    try:
+        ends: dict[str, float] = {}
+
+        def produce() -> None:
+            for _ in range(n):
+                subject.put(BODY)
+            ends["put"] = time.perf_counter()
+
+        def drain() -> None:
+            consume(subject, n)
+            ends["get"] = time.perf_counter()
+
+        workers = [threading.Thread(target=produce), threading.Thread(target=drain)]
+        started = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return n / (ends["put"] - started), n / (ends["get"] - started)
+    finally:
+        subject.close()
+
+
+def _pinned(name: str, n: int, out: multiprocessing.Queue[tuple[float, float]]) -> None:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    out.put(two_threads(name, n))
+
+
+def two_threads_one_cpu(name: str, n: int) -> tuple[float, float]:
+    out: multiprocessing.Queue[tuple[float, float]] = multiprocessing.Queue()
+    child = multiprocessing.Process(target=_pinned, args=(name, n, out))
+    child.start()
+    result = out.get()
+    child.join()
+    return result
+
+
+def main(n: int) -> None:
+    names = ["msgcask"] + ([] if peer_unavailable("sqlite3") else ["sqlite3"])
+    modes = [
+        ("one thread", one_thread),
+        ("two threads", two_threads),
+        ("two threads, one CPU", two_threads_one_cpu),
+    ]
+    print(f"{n} messages of 1 KiB; messages/s, put and get+ack")
+    for label, run in modes:
+        rates = {name: run(name, n) for name in names}
+        cells = [f"{name} {p:8.0f} {g:8.0f}" for name, (p, g) in rates.items()]
+        if len(rates) == 2:
+            (mp, mg), (sp, sg) = rates.values()
+            cells.append(f"msgcask/sqlite3 {mp / sp:5.2f} {mg / sg:5.2f}")
+        print(f"{label:22s} | " + " | ".join(cells))
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 50_000)
