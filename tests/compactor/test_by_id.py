@@ -57,6 +57,17 @@ def _sealed_journal_files(store: msgcask.Store) -> list[int]:
     return [f.file_id for f in store.stats().files if f.kind == "journal" and not f.active]
 
 
+def _files(store: msgcask.Store) -> set[int]:
+    return {f.file_id for f in store.stats().files}
+
+
+def _churn(queue: msgcask.Queue, count: int) -> None:
+    """Put ``count`` messages, each consumed at once (in the same file)."""
+    for _ in range(count):
+        queue.put(BODY)
+        queue.ack(queue.get(block=False))
+
+
 def _head(store: msgcask.Store) -> int:
     (head,) = [f.file_id for f in store.stats().files if f.active]
     return head
@@ -73,7 +84,7 @@ def test_drained_journal_files_go_without_being_read(
         parses = _parses(monkeypatch)
         report = store.compact()
         assert report.files_deleted >= len(sealed)
-        assert not set(sealed) & {f.file_id for f in store.stats().files}
+        assert not set(sealed) & _files(store)
         assert parses == []  # every deletion found its ids in the index
         assert store.verify() == []
     with _open(tmp_path / "s") as store:  # and a reopen agrees
@@ -101,8 +112,7 @@ def test_a_transaction_older_than_its_file_falls_back_to_reading_it(
         assert home in sealed
         parses = _parses(monkeypatch)
         store.compact()
-        left = {f.file_id for f in store.stats().files}
-        assert not set(sealed) & left  # the transaction's file went too
+        assert not set(sealed) & _files(store)  # the transaction's file went too
         assert parses  # found by reading it
         assert store.verify() == []
     with _open(tmp_path / "s") as store:
@@ -120,15 +130,14 @@ def test_a_sparse_victim_is_rewritten_reading_only_its_live_records(
             if i % 20 == 0:
                 live.put(BODY, headers={"i": str(i)})
             else:
-                work.put(BODY)
-                work.ack(work.get(block=False))
+                _churn(work, 1)
         sealed = _sealed_journal_files(store)
         assert len(sealed) >= 4
         assert all(f.needed_acks == 0 for f in store.stats().files if f.file_id in sealed)
         parses = _parses(monkeypatch)
         report = store.compact(threshold=0.5)
         assert report.files_rewritten >= len(sealed)
-        assert not set(sealed) & {f.file_id for f in store.stats().files}
+        assert not set(sealed) & _files(store)
         assert parses == []  # no victim was read whole
         assert store.verify() == []
     with _open(tmp_path / "s") as store:
@@ -146,21 +155,14 @@ def test_a_live_transaction_message_older_than_its_victim_is_kept(
         work = store.queue("work")
         txn = store.transaction()
         early = txn.put("live", BODY, headers={"txn": "1"})
-        for _ in range(150):  # more than two files pass before the commit
-            work.put(BODY)
-            work.ack(work.get(block=False))
+        _churn(work, 150)  # more than two files pass before the commit
         txn.commit()
         home = _head(store)
-        for _ in range(30):  # the rest of its file: consumed at once
-            work.put(BODY)
-            work.ack(work.get(block=False))
-        for _ in range(100):  # seal it
-            work.put(BODY)
-            work.ack(work.get(block=False))
+        _churn(work, 130)  # the rest of its file, consumed at once, and more to seal it
         assert home in _sealed_journal_files(store)
         parses = _parses(monkeypatch)
         store.compact(threshold=0.5)
-        assert home not in {f.file_id for f in store.stats().files}
+        assert home not in _files(store)
         assert parses  # the range missed the message: its file was read
         assert store.verify() == []
     with _open(tmp_path / "s") as store:
