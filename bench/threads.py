@@ -26,29 +26,17 @@ import tempfile
 import threading
 import time
 
+from msgcask.workloads.config import RunConfig
 from msgcask.workloads.definitions import POLL
-from msgcask.workloads.subjects import PEERS, peer_unavailable
+from msgcask.workloads.factory import MSGCASK, make_subject
+from msgcask.workloads.subjects import peer_unavailable
 from msgcask.workloads.subjects.base import Subject
-from msgcask.workloads.subjects.msgcask_store import MsgcaskSubject
 
 BODY = b"t" * 1024
 
 
 def make(name: str) -> Subject:
-    path = tempfile.mkdtemp()
-    if name == "msgcask":
-        subject: Subject = MsgcaskSubject(
-            path,
-            sync="periodic",
-            max_deliveries=None,
-            max_file_size=2**20,
-            max_store_size=None,
-            threshold=0.5,
-            compaction=True,
-            compaction_interval=1.0,
-        )
-    else:
-        subject = PEERS[name][0](path, sync="periodic", max_deliveries=0)
+    subject = make_subject(name, tempfile.mkdtemp(), RunConfig())
     subject.open()
     return subject
 
@@ -122,7 +110,7 @@ def two_threads_one_cpu(name: str, n: int) -> tuple[float, float]:
 
 
 def main(n: int) -> None:
-    names = ["msgcask"] + ([] if peer_unavailable("sqlite3") else ["sqlite3"])
+    names = [MSGCASK] + ([] if peer_unavailable("sqlite3") else ["sqlite3"])
     modes = [
         ("one thread", one_thread),
         ("two threads", two_threads),

@@ -68,6 +68,13 @@ def _churn(queue: msgcask.Queue, count: int) -> None:
         queue.ack(queue.get(block=False))
 
 
+def _assert_reopens_drained(path: Path) -> None:
+    """A reopen agrees: a consistent index, and queue "q" empty."""
+    with _open(path) as store:
+        assert store.verify() == []
+        assert len(store.queue("q")) == 0
+
+
 def _head(store: msgcask.Store) -> int:
     (head,) = [f.file_id for f in store.stats().files if f.active]
     return head
@@ -87,9 +94,7 @@ def test_drained_journal_files_go_without_being_read(
         assert not set(sealed) & _files(store)
         assert parses == []  # every deletion found its ids in the index
         assert store.verify() == []
-    with _open(tmp_path / "s") as store:  # and a reopen agrees
-        assert store.verify() == []
-        assert len(store.queue("q")) == 0
+    _assert_reopens_drained(tmp_path / "s")
 
 
 def test_a_transaction_older_than_its_file_falls_back_to_reading_it(
@@ -115,9 +120,7 @@ def test_a_transaction_older_than_its_file_falls_back_to_reading_it(
         assert not set(sealed) & _files(store)  # the transaction's file went too
         assert parses  # found by reading it
         assert store.verify() == []
-    with _open(tmp_path / "s") as store:
-        assert store.verify() == []
-        assert len(store.queue("q")) == 0
+    _assert_reopens_drained(tmp_path / "s")
 
 
 def test_a_sparse_victim_is_rewritten_reading_only_its_live_records(

@@ -39,31 +39,30 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     return fake
 
 
+def assert_sleeps_after(pacer: Pacer, clock: FakeClock, short: float, more: float) -> None:
+    """No sleep after ``short`` seconds of work; one once ``more`` seconds follow."""
+    sleeps = clock.sleeps
+    clock.now += short
+    pacer.pause()
+    assert clock.sleeps == sleeps  # not yet a slice of work
+    clock.now += more
+    pacer.pause()
+    assert clock.sleeps == sleeps + 1
+
+
 def test_while_calls_come_in_work_runs_in_small_slices(clock: FakeClock) -> None:
     pacer = Pacer()
     pacer.calls += 1
     pacer.pause()
     assert pacer.batch == pacing.POLITE_BATCH
-    sleeps = clock.sleeps
-    clock.now += pacing.POLITE_SLICE / 2
-    pacer.pause()
-    assert clock.sleeps == sleeps  # not yet a slice of work
-    clock.now += pacing.POLITE_SLICE
-    pacer.pause()
-    assert clock.sleeps == sleeps + 1
+    assert_sleeps_after(pacer, clock, pacing.POLITE_SLICE / 2, pacing.POLITE_SLICE)
 
 
 def test_without_calls_work_runs_in_large_slices(clock: FakeClock) -> None:
     pacer = Pacer()
     pacer.pause()
     assert pacer.batch == pacing.FULL_BATCH
-    sleeps = clock.sleeps
-    clock.now += pacing.FULL_SLICE / 2
-    pacer.pause()
-    assert clock.sleeps == sleeps
-    clock.now += pacing.FULL_SLICE
-    pacer.pause()
-    assert clock.sleeps == sleeps + 1
+    assert_sleeps_after(pacer, clock, pacing.FULL_SLICE / 2, pacing.FULL_SLICE)
 
 
 def test_calls_stop_counting_after_the_polite_window(clock: FakeClock) -> None:
@@ -83,13 +82,8 @@ def test_behind_or_forced_work_does_not_step_aside_for_calls(clock: FakeClock, h
     pacer.calls += 1
     pacer.pause()
     assert pacer.batch == pacing.FULL_BATCH
-    sleeps = clock.sleeps
-    clock.now += pacing.POLITE_SLICE * 2  # a polite pacer would sleep here
-    pacer.pause()
-    assert clock.sleeps == sleeps
-    clock.now += pacing.URGENT_SLICE
-    pacer.pause()
-    assert clock.sleeps == sleeps + 1
+    # A polite pacer would sleep after the first stretch.
+    assert_sleeps_after(pacer, clock, pacing.POLITE_SLICE * 2, pacing.URGENT_SLICE)
 
 
 def test_being_behind_is_checked_again_only_after_a_while(clock: FakeClock) -> None:

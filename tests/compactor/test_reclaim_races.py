@@ -19,6 +19,20 @@ MFS = 64 * 1024
 WAIT = 10.0
 
 
+def _compact_in_thread(store: msgcask.Store, errors: list[BaseException]) -> threading.Thread:
+    """Start ``store.compact()`` in a thread that records what it raises."""
+
+    def compact() -> None:
+        try:
+            store.compact()
+        except BaseException as e:
+            errors.append(e)
+
+    worker = threading.Thread(target=compact)
+    worker.start()
+    return worker
+
+
 class InterleavingFS(FileSystem):
     def __init__(self) -> None:
         self.armed = False
@@ -56,15 +70,7 @@ def test_verify_while_a_file_is_being_deleted_does_not_crash(tmp_path: Path) -> 
             q.ack(q.get(block=False))
         fs.armed = True
         errors: list[BaseException] = []
-
-        def compact() -> None:
-            try:
-                store.compact()
-            except BaseException as e:
-                errors.append(e)
-
-        worker = threading.Thread(target=compact)
-        worker.start()
+        worker = _compact_in_thread(store, errors)
         assert fs.unlinking.wait(WAIT), "the compaction never deleted a file"
         problems = store.verify()  # lists the directory while the unlink is pending
         worker.join(WAIT)
@@ -122,15 +128,7 @@ def test_put_while_a_pass_deletes_dead_files_is_not_refused(tmp_path: Path) -> N
     errors: list[BaseException] = []
     try:
         fs.armed = True
-
-        def compact() -> None:
-            try:
-                store.compact()
-            except BaseException as e:
-                errors.append(e)
-
-        worker = threading.Thread(target=compact)
-        worker.start()
+        worker = _compact_in_thread(store, errors)
         assert fs.unlinking.wait(WAIT), "the pass never deleted a file"
         outcome: list[object] = []
 

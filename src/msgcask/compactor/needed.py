@@ -178,6 +178,19 @@ def find_by_id(store: Store, file_id: int) -> tuple[bytes, Needed] | None:
     return buf, needed
 
 
+def find_any(store: Store, file_id: int) -> tuple[bytes, Needed, int]:
+    """What in a sealed file is needed, from the index when ``find_by_id``
+    applies, else by reading the file (no lock: it never changes). Returns the
+    bytes ``Needed.puts`` points into, what is needed, and how many damaged
+    stretches the read found (0 when the file was not read)."""
+    from_index = find_by_id(store, file_id)
+    if from_index is not None:
+        return (*from_index, 0)
+    buf = store._handles[file_id].read_all()
+    records = parse(buf, store._pacer.pause)
+    return buf, find(store, file_id, records), records.damaged
+
+
 def classify(catalog: Catalog, file_id: int, records: FileRecords) -> Needed:
     """Decide, from the index, which of a file's records are needed now.
     Call with the store lock held."""

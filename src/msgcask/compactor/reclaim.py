@@ -77,17 +77,13 @@ def _release(store: Store, file_id: int) -> bool:
     which is running this, releases them).
     """
     expected = store._acct.files[file_id].dead_puts
-    in_range = needed.by_id(store, file_id)
-    pending = None if in_range is None else in_range.dead  # (id, file of its ACK)
-    if pending is None or len(pending) != expected:
-        records = needed.parse(store._handles[file_id].read_all(), store._pacer.pause)  # sealed
-        pending = needed.find(store, file_id, records).dead_puts
+    pending = needed.find_any(store, file_id)[1].dead_puts  # (id, file of its ACK)
     if len(pending) != expected:
         log.error(
             "msgcask: file %d: found %d of its %d consumed PUT records (damaged?); kept",
             file_id,
             len(pending),
-            store._acct.files[file_id].dead_puts,
+            expected,
         )
         return False
     release(store, file_id, pending)

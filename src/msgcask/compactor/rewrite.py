@@ -79,20 +79,14 @@ def rewrite(
         with store._lock:
             if victim == store._journal.head_id or store._acct.peek(victim).retired:
                 continue  # no longer a victim since the plan
-        from_index = needed.find_by_id(store, victim)
-        if from_index is not None:
-            buf, found = from_index
-        else:
-            buf = store._handles[victim].read_all()
-            records = needed.parse(buf, pacer.pause)
-            if records.damaged:
-                # What the damage hides (a live message, a needed ACK) could not be
-                # copied, so the file could not be deleted after the swap; and every
-                # victim named in the MANIFEST must be. Leave it out of this pass.
-                log.warning("msgcask: data file %d has damaged records; not compacted", victim)
-                skipped.append(victim)
-                continue
-            found = needed.find(store, victim, records)
+        buf, found, damaged = needed.find_any(store, victim)
+        if damaged:
+            # What the damage hides (a live message, a needed ACK) could not be
+            # copied, so the file could not be deleted after the swap; and every
+            # victim named in the MANIFEST must be. Leave it out of this pass.
+            log.warning("msgcask: data file %d has damaged records; not compacted", victim)
+            skipped.append(victim)
+            continue
         dead_puts[victim] = found.dead_puts
         for n, (msg_id, item, entry) in enumerate(found.puts):
             if not n % pacer.batch:

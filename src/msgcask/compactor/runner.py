@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from msgcask.compactor import policy
 from msgcask.compactor.reclaim import reclaim
 from msgcask.compactor.rewrite import rewrite
+from msgcask.index.accounting import FileAccount
 from msgcask.stats import CompactionReport, CompactionStats
 from msgcask.store import format as fmt
 
@@ -43,15 +44,7 @@ class Compactor:
         now = time.time()
         head = store._journal.head_id
         return [
-            policy.FileView(
-                a.file_id,
-                a.size,
-                a.live_bytes,
-                a.live_messages,
-                a.needed_marks,
-                max(now - a.created, 0.0),
-                a.file_id == head,
-            )
+            _view(a, max(now - a.created, 0.0), a.file_id == head)
             for a in store._acct.files.values()
             if not a.retired
         ]
@@ -111,15 +104,7 @@ class Compactor:
         size = store.options.max_file_size
         with store._lock:
             head = store._acct.peek(store._journal.head_id)
-            view = policy.FileView(
-                head.file_id,
-                head.size,
-                head.live_bytes,
-                head.live_messages,
-                head.needed_marks,
-                0.0,
-                False,
-            )
+            view = _view(head, 0.0, False)  # as the sealed file it would become
             if (
                 (idle or head.size >= size // 2)
                 and view.live_ratio < threshold
@@ -276,3 +261,16 @@ class Compactor:
                     head = store._acct.peek(store._journal.head_id)
                     if head.size > head.live_bytes + 2 * fmt.FILE_HEADER_SIZE:
                         store._journal.roll_over()
+
+
+def _view(account: FileAccount, age: float, active: bool) -> policy.FileView:
+    """What the policy sees of a file's account."""
+    return policy.FileView(
+        account.file_id,
+        account.size,
+        account.live_bytes,
+        account.live_messages,
+        account.needed_marks,
+        age,
+        active,
+    )

@@ -301,19 +301,10 @@ class Catalog:
         self.acct[file_id].needed_marks += 1
         return True
 
-    def release_dead_puts(self, file_id: int, msg_ids: Iterator[int] | list[int]) -> None:
-        """``file_id`` is being deleted: the ACKs that only had to outlive its
-        PUT records of these messages are no longer needed."""
-        pairs = []
-        for msg_id in msg_ids:
-            entry = self.lookup(msg_id)
-            if isinstance(entry, Acked) and entry.put_file == file_id:
-                pairs.append((msg_id, entry.ack_file))
-        self.release_acked(file_id, pairs)
-
     def release_acked(self, file_id: int, pairs: list[tuple[int, int]]) -> None:
-        """As ``release_dead_puts``, for (id, ACK file) pairs the caller already
-        looked up (ACKED entries whose PUT file is ``file_id``)."""
+        """``file_id`` is being deleted: the ACKs that only had to outlive its
+        PUT records are no longer needed. ``pairs``: (id, ACK file) of the
+        ACKED entries whose PUT file is ``file_id``, as the caller found them."""
         for msg_id, ack_file in pairs:
             self.env.txn.delete(keys.msg_key(msg_id), db=self.env.msgs)
             self.acct.drop_mark(ack_file)
