@@ -47,18 +47,36 @@ class ScanReport:
 
     @property
     def problems(self) -> list[str]:
+        return self._problems(skip=None)
+
+    def problems_while_written(self) -> tuple[list[str], list[str]]:
+        """(problems, notes) for a store another process has open: a torn tail
+        of the newest journal file is an append caught half-way, not damage (a
+        crash would have it truncated on open), so it is a note."""
+        journals = [f for f in self.files if f.kind == fmt.KIND_JOURNAL]
+        if not journals:
+            return self.problems, []
+        head = max(journals, key=lambda f: f.file_id)
+        tail = [d for d in head.damage if d.at_tail]
+        notes = [f"{head.path}: {_describe(d)} (an append in progress)" for d in tail]
+        return self._problems(skip=tail[0] if tail else None), notes
+
+    def _problems(self, skip: codec.Damage | None) -> list[str]:
         out = []
         for f in self.files:
             if f.header_error:
                 out.append(f"{f.path}: {f.header_error}")
-            for d in f.damage:
-                where = "torn tail" if d.at_tail else "damage"
-                out.append(f"{f.path}: {where} at offset {d.offset}, {d.length} bytes: {d.reason}")
+            out += [f"{f.path}: {_describe(d)}" for d in f.damage if d is not skip]
         return out
 
     @property
     def live_ids(self) -> set[int]:
         return set(self.puts) - self.acks
+
+
+def _describe(d: codec.Damage) -> str:
+    where = "torn tail" if d.at_tail else "damage"
+    return f"{where} at offset {d.offset}, {d.length} bytes: {d.reason}"
 
 
 _NAMES = {

@@ -19,6 +19,7 @@ import pytest
 from test_kill9 import WRITER, check_after_crash, drain_and_check_redelivery, parse
 
 import msgcask
+from msgcask.store import codec
 
 CLI = "import sys; from msgcask.cli.main import main; sys.exit(main())"
 
@@ -73,3 +74,35 @@ def test_check_on_a_live_store_corrupts_nothing(
         check_after_crash(store, store_path, report, unexpected_entries, data_files)
         drain_and_check_redelivery(store, report)
         verify(store)
+
+
+def _half_a_record_at_the_head(path: Path) -> tuple[Path, int]:
+    """Write the first half of a PUT record after the head's end, as an append
+    caught half-way by a reader would look; return the head's path and size."""
+    head = max(path.glob("*.log"))
+    size = head.stat().st_size
+    record = codec.encode_put(10**9, b"q", 4, 0, b"", b"h" * 1000)
+    with open(head, "r+b") as f:
+        f.seek(size)
+        f.write(record[: len(record) // 2])
+    return head, size
+
+
+def test_check_takes_a_live_heads_torn_tail_for_an_append_in_progress(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with msgcask.open(path, max_file_size=65536, compaction_interval=None) as store:
+        q = store.queue("q")
+        for _ in range(100):  # some sealed files and a head
+            q.put(b"x" * 1000)
+        store.sync()
+        head, size = _half_a_record_at_the_head(path)
+        checked = cli("check", str(path))  # this process holds the store
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert "an append in progress" in checked.stdout
+        with open(head, "r+b") as f:
+            f.truncate(size)
+    _half_a_record_at_the_head(path)
+    # Closed, the same tail is what a crash leaves: a problem to report.
+    checked = cli("check", str(path))
+    assert checked.returncode == 1
+    assert "torn tail" in checked.stderr

@@ -68,12 +68,18 @@ MAX_FILE_SIZE = click.option(
 @MAX_FILE_SIZE
 def check(path: str, index: bool, max_file_size: int | None) -> None:
     """Scan every data file for damage; exit 1 if any problem is found."""
+    holder = lock_holder(f"{path}/{LOCK_FILE}")  # before the scan: it may be mid-append
     report = scan_files(path)
-    problems = report.problems
+    notes: list[str] = []
+    if holder is None:
+        problems = report.problems
+    else:
+        problems, notes = report.problems_while_written()
     for f in report.files:
         counts = ", ".join(f"{n} {k}" for k, n in sorted(f.records.items())) or "no records"
         click.echo(f"{f.path}: {f.size} bytes, {counts}")
-    holder = lock_holder(f"{path}/{LOCK_FILE}")
+    for note in notes:
+        click.echo(f"note: {note}")
     if index and holder is None:
         with _open(path, max_file_size) as store:
             problems += [f"index: {p}" for p in store.verify()]
