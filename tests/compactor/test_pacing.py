@@ -1,8 +1,8 @@
 """How background work shares the interpreter with foreground calls (compactor/pacing.py).
 
 The pacer's decisions are checked with a fake clock (nothing here measures time):
-small batches and frequent sleeps while calls keep coming, large batches and rare
-sleeps otherwise, and the large ones whenever compaction is behind or a put waits.
+frequent sleeps while calls keep coming, rare ones otherwise, and longer slices of
+work whenever compaction is behind or a put waits.
 Then, on a real store, that a background run keeps passing while it is behind.
 """
 
@@ -54,14 +54,12 @@ def test_while_calls_come_in_work_runs_in_small_slices(clock: FakeClock) -> None
     pacer = Pacer()
     pacer.calls += 1
     pacer.pause()
-    assert pacer.batch == pacing.POLITE_BATCH
     assert_sleeps_after(pacer, clock, pacing.POLITE_SLICE / 2, pacing.POLITE_SLICE)
 
 
 def test_without_calls_work_runs_in_large_slices(clock: FakeClock) -> None:
     pacer = Pacer()
     pacer.pause()
-    assert pacer.batch == pacing.FULL_BATCH
     assert_sleeps_after(pacer, clock, pacing.FULL_SLICE / 2, pacing.FULL_SLICE)
 
 
@@ -69,10 +67,10 @@ def test_calls_stop_counting_after_the_polite_window(clock: FakeClock) -> None:
     pacer = Pacer()
     pacer.calls += 1
     pacer.pause()
-    assert pacer.batch == pacing.POLITE_BATCH
     clock.now += pacing.POLITE_WINDOW * 2
-    pacer.pause()
-    assert pacer.batch == pacing.FULL_BATCH
+    pacer.pause()  # sleeps: that much work without one
+    # No call since: a polite pacer would sleep after the first stretch.
+    assert_sleeps_after(pacer, clock, pacing.POLITE_SLICE * 2, pacing.FULL_SLICE)
 
 
 @pytest.mark.parametrize("how", ["behind", "forced"])
@@ -81,7 +79,6 @@ def test_behind_or_forced_work_does_not_step_aside_for_calls(clock: FakeClock, h
     pacer.forced = how == "forced"
     pacer.calls += 1
     pacer.pause()
-    assert pacer.batch == pacing.FULL_BATCH
     # A polite pacer would sleep after the first stretch.
     assert_sleeps_after(pacer, clock, pacing.POLITE_SLICE * 2, pacing.URGENT_SLICE)
 
@@ -100,21 +97,24 @@ def test_being_behind_is_checked_again_only_after_a_while(clock: FakeClock) -> N
     clock.now += pacing.RECHECK_EVERY / 4
     pacer.calls += 1
     pacer.pause()
-    assert checks == [False] and pacer.batch == pacing.POLITE_BATCH
+    assert checks == [False]
     clock.now += pacing.RECHECK_EVERY
     pacer.calls += 1
     pacer.pause()
-    assert checks == [False, True] and pacer.batch == pacing.FULL_BATCH
+    assert checks == [False, True]
+    # Behind now: work goes on past a polite slice.
+    pacer.calls += 1
+    assert_sleeps_after(pacer, clock, pacing.POLITE_SLICE * 2, pacing.URGENT_SLICE)
 
 
-def test_spans_cover_every_item_once_in_the_current_batch_size(clock: FakeClock) -> None:
+def test_spans_cover_every_item_once_in_batches(clock: FakeClock) -> None:
     pacer = Pacer()
     pacer.calls += 1
-    spans = list(pacer.spans(20))
-    assert spans == [(0, 8), (8, 16), (16, 20)]
+    b = pacing.BATCH
+    assert list(pacer.spans(2 * b + 3)) == [(0, b), (b, 2 * b), (2 * b, 2 * b + 3)]
     assert list(Pacer().spans(0)) == []
-    clock.now += 1.0  # no call since: large batches
-    assert list(pacer.spans(100)) == [(0, 64), (64, 100)]
+    clock.now += 1.0  # no call since: the same batches
+    assert list(pacer.spans(b)) == [(0, b)]
 
 
 def test_a_background_run_keeps_passing_while_compaction_is_behind(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from msgcask.compactor.pacing import POLITE_BATCH
+from msgcask.compactor.pacing import BATCH
 from msgcask.index.catalog import Catalog
 from msgcask.index.keys import STATE_LIVE, Live
 from msgcask.store import codec
@@ -52,6 +52,10 @@ class FileRecords:
     damaged: int = 0  # stretches that did not parse
 
 
+# Records parsed between pauses (parsing holds no lock, only the interpreter).
+PARSE_PAUSE_EVERY = 8
+
+
 def parse(buf: bytes, pause: Callable[[], None] | None = None) -> FileRecords:
     """Sort a file's records by kind. In the background, pass ``pause``
     (``Pacer.pause``): it is called between batches of records, so a foreground
@@ -59,7 +63,7 @@ def parse(buf: bytes, pause: Callable[[], None] | None = None) -> FileRecords:
     every 5 ms)."""
     out = FileRecords()
     for n, item in enumerate(codec.scan(buf, fmt.FILE_HEADER_SIZE)):
-        if pause is not None and not n % POLITE_BATCH:
+        if pause is not None and not n % PARSE_PAUSE_EVERY:
             pause()
         if not isinstance(item, codec.Record):
             out.damaged += 1
@@ -95,8 +99,9 @@ def find(store: Store, file_id: int, records: FileRecords) -> Needed:
     return whole
 
 
-# Index entries scanned per batch, in units of the pacer's batch (sized for
-# classifying records): scanning an entry costs about a quarter as much.
+# Index entries scanned per hold of the store's lock, in units of the pacer's
+# batch (sized for classifying records): scanning an entry costs about a
+# quarter as much.
 SCAN_BATCH_FACTOR = 4
 # Live messages a rewrite reads one by one rather than reading the whole victim.
 READ_LIVE_AT_MOST = 32
@@ -130,7 +135,7 @@ def by_id(store: Store, file_id: int) -> ById | None:
         pacer.pause()
         with store._lock:
             first = store._catalog.entries_between(
-                file_id, first, end, pacer.batch * SCAN_BATCH_FACTOR, found.live, found.dead
+                file_id, first, end, BATCH * SCAN_BATCH_FACTOR, found.live, found.dead
             )
     return found
 

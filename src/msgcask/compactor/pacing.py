@@ -13,10 +13,12 @@ work (``forced``).
 
 A sleep hands both locks to whoever waits for them; it costs about 0.08 ms
 even for zero seconds (the kernel's timer slack on Linux), which is why a pass
-does not sleep after every batch. Batches are small while stepping aside, so
-each hold of the store's lock is short, and large otherwise: under contention
-every lock acquisition waits for a foreground call, and small batches would
-slow a pass that must catch up many times over.
+does not sleep after every batch. Batches have one size whatever the mode:
+under load each acquisition of the store's lock waits for foreground calls
+(about 0.7 ms on average in dlq-heavy), and each index call in a batch may
+hand the interpreter to a foreground thread until those threads block on the
+lock the pass holds (bench/gil_handoff.py), so small batches made passes
+about twice as slow there without making foreground calls faster.
 """
 
 from __future__ import annotations
@@ -24,8 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-POLITE_BATCH = 8  # records per batch (and per hold of the store's lock) while stepping aside
-FULL_BATCH = 64  # the same otherwise
+BATCH = 64  # records per batch, and per hold of the store's lock
 POLITE_WINDOW = 0.001  # seconds after a foreground call during which work steps aside
 POLITE_SLICE = 0.00005  # seconds of background work between sleeps while stepping aside
 URGENT_SLICE = 0.0002  # the same while calls come in but compaction is behind
@@ -40,7 +41,6 @@ class Pacer:
         # increments (which may collide) are good enough.
         self.calls = 0
         self.forced = False  # a put waits for this work: never step aside
-        self.batch = POLITE_BATCH
         self._seen = 0
         self._last_call = float("-inf")
         self._last_sleep = time.perf_counter()
@@ -57,11 +57,11 @@ class Pacer:
             self._urgent = self._behind()
             self._checked = now
         if now - self._last_call >= POLITE_WINDOW:
-            slice_, self.batch = FULL_SLICE, FULL_BATCH
+            slice_ = FULL_SLICE
         elif self.forced or self._urgent:
-            slice_, self.batch = URGENT_SLICE, FULL_BATCH
+            slice_ = URGENT_SLICE
         else:
-            slice_, self.batch = POLITE_SLICE, POLITE_BATCH
+            slice_ = POLITE_SLICE
         if now - self._last_sleep >= slice_:
             time.sleep(0)
             self._last_sleep = time.perf_counter()
@@ -72,6 +72,6 @@ class Pacer:
         start = 0
         while start < count:
             self.pause()
-            end = min(start + self.batch, count)
+            end = min(start + BATCH, count)
             yield start, end
             start = end

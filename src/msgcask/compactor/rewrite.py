@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from msgcask.compactor import needed
+from msgcask.compactor.pacing import BATCH
 from msgcask.compactor.reclaim import delete_retired, reclaim, release
 from msgcask.errors import Error
 from msgcask.index.accounting import FileAccount
@@ -89,7 +90,7 @@ def rewrite(
             continue
         dead_puts[victim] = found.dead_puts
         for n, (msg_id, item, entry) in enumerate(found.puts):
-            if not n % pacer.batch:
+            if not n % BATCH:
                 pacer.pause()
             data = buf[item.offset : item.end]
             put = codec.decode_put_meta(buf, item.payload_start)
