@@ -11,6 +11,10 @@ and ack them:
   workload runs them;
 * ``two threads, one CPU``: the same in a child process confined to one CPU.
 
+Each row also gives the process's CPU time (user and system) and its voluntary
+context switches per message, put and get+ack together (getrusage around the
+run, so the store's background threads count too).
+
 Python threads share one interpreter lock. Every call that releases it (a
 system call, an LMDB or SQLite call) lets the other thread in; on two CPUs
 that hand-off wakes a thread on the other CPU, which costs more than the call.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import resource
 import sys
 import tempfile
 import threading
@@ -33,6 +38,9 @@ from msgcask.workloads.subjects import peer_unavailable
 from msgcask.workloads.subjects.base import Subject
 
 BODY = b"t" * 1024
+
+# (put/s, get+ack/s, user µs, system µs and voluntary context switches per message)
+Figures = tuple[float, float, float, float, float]
 
 
 def make(name: str) -> Subject:
@@ -55,21 +63,32 @@ def consume(subject: Subject, n: int) -> None:
         done += 1
 
 
-def one_thread(name: str, n: int) -> tuple[float, float]:
+def costs(n: int, before: resource.struct_rusage) -> tuple[float, float, float]:
+    """User and system µs and voluntary context switches per message since ``before``."""
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return (
+        (after.ru_utime - before.ru_utime) / n * 1e6,
+        (after.ru_stime - before.ru_stime) / n * 1e6,
+        (after.ru_nvcsw - before.ru_nvcsw) / n,
+    )
+
+
+def one_thread(name: str, n: int) -> Figures:
     subject = make(name)
     try:
+        before = resource.getrusage(resource.RUSAGE_SELF)
         started = time.perf_counter()
         for _ in range(n):
             subject.put(BODY)
         put_s = time.perf_counter() - started
         started = time.perf_counter()
         consume(subject, n)
-        return n / put_s, n / (time.perf_counter() - started)
+        return n / put_s, n / (time.perf_counter() - started), *costs(n, before)
     finally:
         subject.close()
 
 
-def two_threads(name: str, n: int) -> tuple[float, float]:
+def two_threads(name: str, n: int) -> Figures:
     """Rates as the steady workload reports them: messages / each side's span."""
     subject = make(name)
     try:
@@ -85,23 +104,25 @@ def two_threads(name: str, n: int) -> tuple[float, float]:
             ends["get"] = time.perf_counter()
 
         workers = [threading.Thread(target=produce), threading.Thread(target=drain)]
+        before = resource.getrusage(resource.RUSAGE_SELF)
         started = time.perf_counter()
         for w in workers:
             w.start()
         for w in workers:
             w.join()
-        return n / (ends["put"] - started), n / (ends["get"] - started)
+        rates = n / (ends["put"] - started), n / (ends["get"] - started)
+        return *rates, *costs(n, before)
     finally:
         subject.close()
 
 
-def _pinned(name: str, n: int, out: multiprocessing.Queue[tuple[float, float]]) -> None:
+def _pinned(name: str, n: int, out: multiprocessing.Queue[Figures]) -> None:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     out.put(two_threads(name, n))
 
 
-def two_threads_one_cpu(name: str, n: int) -> tuple[float, float]:
-    out: multiprocessing.Queue[tuple[float, float]] = multiprocessing.Queue()
+def two_threads_one_cpu(name: str, n: int) -> Figures:
+    out: multiprocessing.Queue[Figures] = multiprocessing.Queue()
     child = multiprocessing.Process(target=_pinned, args=(name, n, out))
     child.start()
     result = out.get()
@@ -116,12 +137,18 @@ def main(n: int) -> None:
         ("two threads", two_threads),
         ("two threads, one CPU", two_threads_one_cpu),
     ]
-    print(f"{n} messages of 1 KiB; messages/s, put and get+ack")
+    print(
+        f"{n} messages of 1 KiB; messages/s, put and get+ack; then per message: "
+        "user µs, system µs, voluntary context switches"
+    )
     for label, run in modes:
-        rates = {name: run(name, n) for name in names}
-        cells = [f"{name} {p:8.0f} {g:8.0f}" for name, (p, g) in rates.items()]
-        if len(rates) == 2:
-            (mp, mg), (sp, sg) = rates.values()
+        figures = {name: run(name, n) for name in names}
+        cells = [
+            f"{name} {p:8.0f} {g:8.0f}  cpu {u:5.1f} {s:5.1f}  csw {c:4.2f}"
+            for name, (p, g, u, s, c) in figures.items()
+        ]
+        if len(figures) == 2:
+            (mp, mg, *_), (sp, sg, *_) = figures.values()
             cells.append(f"msgcask/sqlite3 {mp / sp:5.2f} {mg / sg:5.2f}")
         print(f"{label:22s} | " + " | ".join(cells))
 
