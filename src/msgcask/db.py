@@ -993,7 +993,7 @@ class Store:
         for _ in range(_BACKGROUND_PASSES_WHILE_BEHIND):
             if self._closed or self._scheduler.paused:
                 return
-            report = self._compactor.run()
+            report = self._compactor.run(background=True)
             if not (report.files_rewritten or report.files_deleted) or not self._compactor.behind():
                 return
 

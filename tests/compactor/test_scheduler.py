@@ -13,7 +13,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 import msgcask
+from msgcask.compactor import runner
 from msgcask.store import format as fmt
 from msgcask.store.fs import DataFile, FileSystem
 
@@ -117,6 +120,36 @@ def test_explicit_compact_works_while_the_schedule_is_paused(tmp_path: Path) -> 
         assert report.files_rewritten > 0
         assert store.stats().data_bytes < big // 3
         assert store.last_compaction == report
+
+
+def test_a_background_pass_reads_fewer_victims_than_compact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Victims go only when their pass ends, so a scheduled pass reads at most two data
+    # files' worth of them and gives space back sooner; compact() reads up to eight.
+    read: list[tuple[bool, int]] = []  # (in the background, bytes of the victims)
+    real = runner.rewrite
+
+    def spy(store: msgcask.Store, victims: list[int], between: Callable[[], object]) -> object:
+        sizes = {f.file_id: f.size for f in store.stats().files}
+        background = threading.current_thread() is not threading.main_thread()
+        read.append((background, sum(sizes[v] for v in victims)))
+        return real(store, victims, between)
+
+    monkeypatch.setattr(runner, "rewrite", spy)
+    with _open(tmp_path / "scheduled") as store:
+        _make_sparse_files(store)
+        _wait_for(lambda: _compacted(store), "the background job to shrink the store")
+        assert store.verify() == []
+    with _open(tmp_path / "explicit", interval=None) as store:
+        _make_sparse_files(store)
+        store.compact()
+        assert store.verify() == []
+    background = [n for bg, n in read if bg]
+    explicit = [n for bg, n in read if not bg]
+    assert background, "no background pass rewrote anything"
+    assert max(background) <= 2 * MFS, f"background passes read {background} bytes of victims"
+    assert explicit and explicit[0] > 2 * MFS, f"compact() read {explicit} bytes of victims"
 
 
 def test_close_stops_the_job_and_leaves_no_thread(tmp_path: Path) -> None:

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 _MAX_RECLAIM_ROUNDS = 64
 _MANIFEST_ROOM = 4096  # header and MANIFEST of a compacted file, generously
 _READ_BUDGET_FILES = 8  # data files' worth of victims one pass may read
+# The same for a scheduled pass. Victims go only when their pass ends, so while
+# a backlog drains (every drained file a victim, as under dlq-heavy) short
+# passes keep disk close behind the falling live bytes.
+_BACKGROUND_READ_BUDGET_FILES = 2
 
 
 class Compactor:
@@ -52,7 +56,14 @@ class Compactor:
     def _rewritable(self, views: list[policy.FileView]) -> list[policy.FileView]:
         return [v for v in views if v.file_id not in self._damaged or v.reclaimable]
 
-    def _plan(self, threshold: float, budget: int, *, hard: bool = False) -> policy.Plan:
+    def _plan(
+        self,
+        threshold: float,
+        budget: int,
+        *,
+        hard: bool = False,
+        read_files: int = _READ_BUDGET_FILES,
+    ) -> policy.Plan:
         with self._store._lock:
             views = self._views()
         max_file_size = self._store.options.max_file_size
@@ -63,7 +74,7 @@ class Compactor:
             small_file=max_file_size // 8,
             min_gain=policy.min_gain_for(max_file_size),
             hard_budget=hard,
-            read_budget=_READ_BUDGET_FILES * max_file_size,
+            read_budget=read_files * max_file_size,
         )
 
     def _reclaim_all(self, threshold: float, budget: int) -> tuple[int, int]:
@@ -78,11 +89,19 @@ class Compactor:
                 break
         return files, freed
 
-    def run(self, threshold: float | None = None, budget: int | None = None) -> CompactionReport:
-        """Run one pass now (waiting for a running one to finish first)."""
+    def run(
+        self,
+        threshold: float | None = None,
+        budget: int | None = None,
+        *,
+        background: bool = False,
+    ) -> CompactionReport:
+        """Run one pass now (waiting for a running one to finish first);
+        ``background`` for a scheduled one, which reads fewer victims."""
+        read_files = _BACKGROUND_READ_BUDGET_FILES if background else _READ_BUDGET_FILES
         with self._mutex:
             idle = self._idle_since_last_run()
-            report = self._pass(threshold, budget, idle=idle)
+            report = self._pass(threshold, budget, idle=idle, read_files=read_files)
             self._store._shrink_index_if_sparse(idle=idle)
             return report
 
@@ -138,7 +157,12 @@ class Compactor:
         return max(min(budget, headroom - _MANIFEST_ROOM), 0), True
 
     def _pass(
-        self, threshold: float | None, budget: int | None, *, idle: bool = False
+        self,
+        threshold: float | None,
+        budget: int | None,
+        *,
+        idle: bool = False,
+        read_files: int = _READ_BUDGET_FILES,
     ) -> CompactionReport:
         store = self._store
         threshold = store.options.compaction_threshold if threshold is None else threshold
@@ -147,7 +171,7 @@ class Compactor:
         limit, hard = self._budget(budget)
         deleted, freed = self._reclaim_all(threshold, limit)
         limit, hard = self._budget(budget)  # deletions made room
-        plan = self._plan(threshold, limit, hard=hard)
+        plan = self._plan(threshold, limit, hard=hard, read_files=read_files)
         rewritten = copied = 0
         if plan.rewrite:
             # Files drained while the victims are read go at once, not after the
