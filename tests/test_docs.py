@@ -62,7 +62,7 @@ LAYOUTS: dict[str, tuple[list[struct.Struct], int | None]] = {
     "index-file-key": ([keys.FILE_KEY], keys.FILE_KEY.size),
     "index-live-entry": ([keys._LIVE], keys._LIVE.size),
     "index-acked-entry": ([keys._ACKED], keys._ACKED.size),
-    "index-file-value": ([accounting._FILE_VALUE], accounting._FILE_VALUE.size),
+    "index-file-value": ([accounting._FILE_VALUE, accounting._ACKED_IN], None),
     "index-checkpoint": ([keys.CHECKPOINT], keys.CHECKPOINT.size),
 }
 

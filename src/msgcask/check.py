@@ -43,7 +43,7 @@ class FileScan:
 class ScanReport:
     files: list[FileScan]
     puts: dict[int, list[tuple[int, int, int, str, int]]]  # id -> (file, offset, size, queue, prio)
-    acks: set[int]
+    acks: dict[int, list[int]]  # id -> the files holding an ACK record of it
 
     @property
     def problems(self) -> list[str]:
@@ -71,7 +71,7 @@ class ScanReport:
 
     @property
     def live_ids(self) -> set[int]:
-        return set(self.puts) - self.acks
+        return set(self.puts) - set(self.acks)
 
 
 def _describe(d: codec.Damage) -> str:
@@ -96,7 +96,7 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
         raise Error(f"{path} is not a store directory")
     files: list[FileScan] = []
     puts: dict[int, list[tuple[int, int, int, str, int]]] = defaultdict(list)
-    acks: set[int] = set()
+    acks: dict[int, list[int]] = defaultdict(list)
     for name in sorted(fs.listdir(path)):
         file_id = parse_data_file_name(name)
         if file_id is None or (only is not None and file_id not in only):
@@ -135,8 +135,8 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
                     (file_id, item.offset, item.size, meta.queue, meta.priority)
                 )
             elif item.rtype == fmt.TYPE_ACK:
-                acks.add(fmt.ACK_PAYLOAD.unpack_from(buf, item.payload_start)[0])
-    return ScanReport(files, dict(puts), acks)
+                acks[fmt.ACK_PAYLOAD.unpack_from(buf, item.payload_start)[0]].append(file_id)
+    return ScanReport(files, dict(puts), dict(acks))
 
 
 def verify(store: Store) -> list[str]:
@@ -175,9 +175,10 @@ def verify(store: Store) -> list[str]:
             expected[entry.file_id][1] += 1
             if entry.deliver_file:
                 expected.setdefault(entry.deliver_file, [0, 0, 0, 0])[2] += 1
+        damaged_files = {f.file_id for f in scan.files if f.damage}
+        problems += _check_counted_acks(store, scan, expected, damaged_files)
         quarantined = set(store._quarantined)
         file_live = scan.live_ids - quarantined
-        damaged_files = {f.file_id for f in scan.files if f.damage}
         missing = file_live - set(live_index)
         extra = set(live_index) - file_live
         for msg_id in sorted(missing)[:20]:
@@ -233,4 +234,48 @@ def verify(store: Store) -> list[str]:
             found = parse_data_file_name(name)
             if found is not None and found not in store._acct.files:
                 problems.append(f"file {found} is on disk but unknown to the index")
+    return problems
+
+
+def _check_counted_acks(
+    store: Store, scan: ScanReport, expected: dict[int, list[int]], damaged: set[int]
+) -> list[str]:
+    """Add the ACKs the files count (``acked_in``) to ``expected``'s needed
+    marks, and check each count against the data files: the consumed messages
+    without an index entry whose PUT record lies in the counting file's range
+    of ids and whose ACK record is in the counted file. Counts involving a
+    ``damaged`` file are not compared: what the damage hides is reported as such."""
+    problems = []
+    accounts = store._acct.files
+    on_disk: dict[tuple[int, int], int] = defaultdict(int)
+    for msg_id, ack_files in scan.acks.items():
+        if store._catalog.lookup(msg_id) is not None:
+            continue
+        for put_file, *_ in scan.puts.get(msg_id, []):
+            account = accounts.get(put_file)
+            if account is None or not account.in_id_range(msg_id):
+                continue
+            for ack_file in ack_files:
+                if ack_file != put_file:
+                    on_disk[put_file, ack_file] += 1
+    for put_file, account in accounts.items():
+        if account.retired:
+            continue
+        for ack_file, count in account.acked_in.items():
+            if ack_file not in expected:
+                problems.append(f"file {put_file} counts ACKs in unknown file {ack_file}")
+                continue
+            expected[ack_file][2] += count
+            if on_disk.pop((put_file, ack_file), 0) != count and not {put_file, ack_file} & damaged:
+                problems.append(
+                    f"file {put_file} counts {count} ACKs of its messages in file {ack_file}, "
+                    "the data files hold a different number"
+                )
+    for (put_file, ack_file), count in sorted(on_disk.items())[:20]:
+        if {put_file, ack_file} & damaged:
+            continue
+        problems.append(
+            f"file {ack_file} holds {count} ACKs of messages in file {put_file} "
+            "that nothing in the index accounts for"
+        )
     return problems

@@ -276,7 +276,13 @@ class Store:
     def _register_journal_file(self, file_id: int, handle: DataFile) -> None:
         self._handles[file_id] = handle
         self._acct.add(
-            FileAccount(file_id, fmt.KIND_JOURNAL, size=handle.size, created=time.time())
+            FileAccount(
+                file_id,
+                fmt.KIND_JOURNAL,
+                size=handle.size,
+                created=time.time(),
+                id_floor=self._next_id,  # what its header says
+            )
         )
         self._data_bytes += handle.size
 

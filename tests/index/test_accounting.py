@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -46,6 +47,8 @@ class Recorder:
     dead_puts=U64,
     created=st.floats(allow_nan=False),
     retired=st.booleans(),
+    id_floor=U64,
+    acked_in=st.dictionaries(st.integers(1, 2**32 - 1), st.integers(1, 2**32 - 1), max_size=5),
 )
 def test_file_account_round_trips(
     file_id: int,
@@ -57,11 +60,36 @@ def test_file_account_round_trips(
     dead_puts: int,
     created: float,
     retired: bool,
+    id_floor: int,
+    acked_in: dict[int, int],
 ) -> None:
     a = FileAccount(
-        file_id, kind, size, live_bytes, live_messages, needed_marks, dead_puts, created, retired
+        file_id,
+        kind,
+        size,
+        live_bytes,
+        live_messages,
+        needed_marks,
+        dead_puts,
+        created,
+        retired,
+        id_floor,
+        acked_in,
     )
     assert FileAccount.unpack(file_id, a.pack()) == a
+
+
+def test_counted_acks_pack_in_one_order_whatever_the_dict_order() -> None:
+    # flush() compares packed forms: the same counts must pack the same.
+    a = FileAccount(1, 0, acked_in={3: 1, 2: 5})
+    b = FileAccount(1, 0, acked_in={2: 5, 3: 1})
+    assert a.pack() == b.pack()
+
+
+def test_a_file_account_with_missing_pairs_is_refused() -> None:
+    packed = FileAccount(1, 0, acked_in={2: 5, 3: 1}).pack()
+    with pytest.raises(ValueError, match="1 pairs, header says 2"):
+        FileAccount.unpack(1, packed[:-8])
 
 
 def test_reclaimable_means_no_live_message_and_no_needed_mark() -> None:

@@ -20,7 +20,7 @@ from xxhash import xxh3_64_intdigest
 
 import msgcask
 from msgcask.index import keys
-from msgcask.index.env import boot_id
+from msgcask.index.env import INDEX_FORMAT_VERSION, boot_id
 from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.filenames import data_file_name
@@ -416,6 +416,33 @@ def test_index_from_a_newer_format_refuses_to_open(store_path: Path) -> None:
     with pytest.raises(msgcask.FormatVersionError):
         open_store(store_path)
     assert (store_path / "index").is_dir()  # not rebuilt over a newer msgcask's index
+
+
+def test_index_from_an_older_format_is_rebuilt(store_path: Path) -> None:
+    messages = make_store(store_path)
+    set_meta(store_path, {keys.META_FORMAT: keys.U64.pack(INDEX_FORMAT_VERSION - 1)})
+    with open_store(store_path) as store:
+        assert store.recovery.mode == "rebuild"
+        assert f"older than {INDEX_FORMAT_VERSION}" in store.recovery.reason
+        assert {m: body for m, body in browse(store)} == messages
+        assert store.verify() == []
+
+
+def test_a_damaged_file_account_makes_the_index_rebuilt(store_path: Path) -> None:
+    messages = make_store(store_path)
+    env = lmdb.open(str(store_path / "index"), max_dbs=8, lock=False, map_size=2**30)
+    try:
+        files = env.open_db(b"files", create=False)
+        with env.begin(write=True) as txn:
+            key, value = next(iter(txn.cursor(db=files)))
+            txn.put(key, value[:-3], db=files)  # a pair cut short
+    finally:
+        env.close()
+    with open_store(store_path) as store:
+        assert store.recovery.mode == "rebuild"
+        assert "file account in the index is damaged" in store.recovery.reason
+        assert {m: body for m, body in browse(store)} == messages
+        assert store.verify() == []
 
 
 def test_data_file_copied_under_another_name_refuses_to_open(store_path: Path) -> None:

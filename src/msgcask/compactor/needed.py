@@ -142,14 +142,15 @@ def by_id(store: Store, file_id: int) -> ById | None:
 
 def find_by_id(store: Store, file_id: int) -> tuple[bytes, Needed] | None:
     """``find`` for a journal file with no needed ACK or DELIVER record (those
-    only reading the file finds) and few live messages, without reading the
-    file: its PUT records come from ``by_id``, and only the live ones are read.
+    only parsing the file finds), without parsing it: its PUT records come
+    from ``by_id``, and only the live ones are read (one by one if few, else
+    taken from one read of the whole file).
     Returns those records (what ``Needed.puts`` points into) and what is
     needed, or None if this does not apply or the range did not hold every
     live and consumed PUT record of the file: the caller then reads it."""
     with store._lock:
         account = store._acct.peek(file_id)
-        if account.needed_marks or account.live_messages > READ_LIVE_AT_MOST:
+        if account.needed_marks:
             return None
     found = by_id(store, file_id)
     if found is None:
@@ -167,7 +168,11 @@ def find_by_id(store: Store, file_id: int) -> tuple[bytes, Needed] | None:
         ):
             return None
     handle = store._handles[file_id]
-    buf = b"".join(handle.read(e.offset, e.size) for _, e in found.live)
+    if len(found.live) <= READ_LIVE_AT_MOST:
+        buf = b"".join(handle.read(e.offset, e.size) for _, e in found.live)
+    else:
+        whole = handle.read_all()
+        buf = b"".join(whole[e.offset : e.offset + e.size] for _, e in found.live)
     needed = Needed(file_id, dead_puts=found.dead)
     records = list(codec.scan(buf, 0))
     if len(records) != len(found.live):
@@ -216,10 +221,11 @@ def classify(catalog: Catalog, file_id: int, records: FileRecords) -> Needed:
     # No ACK or DELIVER record becomes needed after it is written, so a file
     # without needed marks has none among the records parsed earlier either.
     if account.needed_marks:
+        ranges = catalog.acct.id_ranges()
         for msg_id in records.acks:
-            acked = catalog.needed_ack(msg_id, file_id)
-            if acked is not None:
-                needed.acks.append((msg_id, acked.put_file))
+            put_file = catalog.needed_ack(msg_id, file_id, ranges)
+            if put_file is not None:
+                needed.acks.append((msg_id, put_file))
         for msg_id, count in records.delivers:
             entry = catalog.lookup(msg_id)
             if (

@@ -4,9 +4,11 @@ A file is deleted only when the index says nothing in it is needed. The order
 makes that safe across crashes and power cuts:
 
 1. release: the ACKs elsewhere that only had to outlive this file's PUT
-   records stop counting as needed (this needs the file's PUT ids: for a
-   journal file, the index's entries in the file's range of ids; otherwise,
-   or if that range does not hold them all, the ids the file's records name);
+   records stop counting as needed: those the file counts per ACK file at
+   once, and those with ACKED entries by id (this needs the file's PUT ids:
+   for a journal file, the index's entries in the file's range of ids;
+   otherwise, or if that range does not hold them all, the ids the file's
+   records name);
 2. retire: the file is marked retired in the index and the index is
    committed; from here a reopen finishes the deletion;
 3. unlink every retired file, then fsync the directory, so that no file whose
@@ -62,6 +64,7 @@ def _retire(store: Store, file_ids: list[int], retired: list[int]) -> None:
         with store._lock:
             if not acct.reclaimable or acct.dead_puts:
                 continue
+            store._catalog.release_counted(file_id)
             acct.retired = True
             retired.append(file_id)
 
@@ -92,11 +95,14 @@ def _release(store: Store, file_id: int) -> bool:
 
 def release(store: Store, file_id: int, pairs: list[tuple[int, int]]) -> None:
     """Delete the ACKED entries (id, ACK file) found for ``file_id``'s dead PUT
-    records, a batch per lock hold. No second lookup: only the compactor, one
-    pass at a time, moves or deletes ACKED entries."""
+    records, a batch per lock hold, then release the ACKs it counts. No second
+    lookup: only the compactor, one pass at a time, moves or deletes ACKED
+    entries. Call only for a file whose PUT records are all consumed or copied."""
     for start, end in store._pacer.spans(len(pairs)):
         with store._lock:
             store._catalog.release_acked(file_id, pairs[start:end])
+    with store._lock:
+        store._catalog.release_counted(file_id)
 
 
 def delete_retired(store: Store, file_ids: list[int]) -> int:

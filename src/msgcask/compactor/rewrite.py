@@ -5,9 +5,9 @@ is safe):
 
 1. read each victim (sealed files never change, so without the lock) and ask
    the index, under the lock, what in it is needed (compactor/needed.py); a
-   journal victim with few live messages and no needed ACK or DELIVER record
-   is not read whole: the index's entries in its id range name its records,
-   and only the live ones are read;
+   journal victim with no needed ACK or DELIVER record is not parsed: the
+   index's entries in its id range name its records, and only the live ones
+   are read (one by one, when there are few);
 2. write a new compacted file: header, MANIFEST (the victims' ids), then the
    live PUT records (re-encoded with the current delivery count), the needed
    ACK and DELIVER records; fsync it and the directory;
@@ -56,6 +56,7 @@ class _Copy:
     victim: int
     data: bytes
     count: int  # deliveries carried by the copy
+    put_file: int = 0  # an ACK's: the file holding the PUT record it cancels
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,16 @@ def rewrite(
 ) -> RewriteResult:
     """Rewrite ``victims`` into one compacted file; ``between`` runs after
     each victim is read (the runner deletes files drained meanwhile)."""
+    with store._lock:
+        store._acct.rewriting.update(victims)
+    try:
+        return _rewrite(store, victims, between)
+    finally:
+        with store._lock:
+            store._acct.rewriting.difference_update(victims)
+
+
+def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) -> RewriteResult:
     skipped: list[int] = []
     copies: list[_Copy] = []
     co_victim_acks: list[tuple[int, int, int]] = []  # (id, victim, PUT file) of ACKs
@@ -109,7 +120,9 @@ def rewrite(
             if put_file in victims:
                 co_victim_acks.append((msg_id, victim, put_file))  # decided below
                 continue
-            copies.append(_Copy(fmt.TYPE_ACK, msg_id, victim, codec.encode_ack(msg_id), 0))
+            copies.append(
+                _Copy(fmt.TYPE_ACK, msg_id, victim, codec.encode_ack(msg_id), 0, put_file)
+            )
         for msg_id, count in found.delivers:
             copies.append(
                 _Copy(fmt.TYPE_DELIVER, msg_id, victim, codec.encode_deliver(msg_id, count), count)
@@ -122,7 +135,9 @@ def rewrite(
         # it; but if that file was left out (damage, or it became the head), the
         # ACK must be carried like any other.
         if put_file not in dead_puts:
-            copies.append(_Copy(fmt.TYPE_ACK, msg_id, victim, codec.encode_ack(msg_id), 0))
+            copies.append(
+                _Copy(fmt.TYPE_ACK, msg_id, victim, codec.encode_ack(msg_id), 0, put_file)
+            )
     if not victims:
         return RewriteResult(0, 0, 0, tuple(skipped))
     if not copies:  # everything died since the plan: plain deletion will do
@@ -150,7 +165,7 @@ def rewrite(
                             copy.msg_id, copy.victim, out_id, offset, len(copy.data), copy.count
                         )
                     elif copy.rtype == fmt.TYPE_ACK:
-                        catalog.carry_ack(copy.msg_id, copy.victim, out_id)
+                        catalog.carry_ack(copy.msg_id, copy.victim, out_id, copy.put_file)
                     else:
                         catalog.carry_deliver(copy.msg_id, copy.count, copy.victim, out_id)
         for victim in victims:
@@ -161,7 +176,11 @@ def rewrite(
             # All victims go, or none: the MANIFEST names them all, and a rebuild
             # that finds some gone treats the others as redundant.
             held = [
-                v for v in victims if not store._acct[v].reclaimable or store._acct[v].dead_puts
+                v
+                for v in victims
+                if not store._acct[v].reclaimable
+                or store._acct[v].dead_puts
+                or store._acct[v].acked_in
             ]
             if held:
                 log.error(

@@ -5,8 +5,16 @@ The compactor decides everything from these numbers, so they must be exact:
 ``needed_marks`` counts its ACK and DELIVER records that must outlive some other
 record (an ACK whose message's PUT record is still in another file; a DELIVER
 that holds a live message's current delivery count), and ``dead_puts`` counts
-PUT records of consumed messages whose ACK lives in another file (deleting
-this file releases those ACKs).
+PUT records of consumed messages whose ACK lives in another file and which
+have an ACKED entry in the index (deleting this file releases those ACKs).
+
+Most consumed messages of a journal file need no ACKED entry: a journal
+file's PUT records (but those of transactions) lie in its range of ids, from
+its ``id_floor`` up to the next journal file's, so a file can keep, instead of
+one entry per message, only how many of its PUT records each other file's
+ACKs cancel (``acked_in``). Deleting the file releases those counts in one
+step, and an ACK record without an entry is needed while the file whose range
+holds its id counts ACKs in the ACK's file (see ``IdRanges``).
 
 The records live in memory while the store is open and are written to the
 ``files`` table in the same LMDB transaction as the changes that produced them.
@@ -14,14 +22,19 @@ The records live in memory while the store is open and are written to the
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
 from msgcask.index.keys import FILE_KEY
+from msgcask.store.format import KIND_JOURNAL
 
-_FILE_VALUE: Final = struct.Struct("<BBQQQQQd")
+# kind retired size live_bytes live_messages needed_marks dead_puts created
+# id_floor, then the number of acked_in pairs and the pairs (ACK file, count)
+_FILE_VALUE: Final = struct.Struct("<BBQQQQQdQI")
+_ACKED_IN: Final = struct.Struct("<II")
 
 
 @dataclass(slots=True)
@@ -37,14 +50,23 @@ class FileAccount:
     dead_puts: int = 0
     created: float = 0.0
     retired: bool = False  # deleted from the index's point of view; unlink pending
+    id_floor: int = 0  # the header's: no message put in the file since has a lower id
+    # ACK file -> how many consumed messages' PUT records here it cancels,
+    # without ACKED entries (journal files only).
+    acked_in: dict[int, int] = field(default_factory=dict)
 
     @property
     def reclaimable(self) -> bool:
         """Nothing in the file is needed any more: it can be deleted whole."""
         return self.live_messages == 0 and self.needed_marks == 0
 
+    def in_id_range(self, msg_id: int) -> bool:
+        """Whether a PUT record of ``msg_id`` in this file lies in its range of
+        ids (always, but for a transaction's, whose id can be older than the file)."""
+        return self.kind == KIND_JOURNAL and msg_id >= self.id_floor
+
     def pack(self) -> bytes:
-        return _FILE_VALUE.pack(
+        head = _FILE_VALUE.pack(
             self.kind,
             self.retired,
             self.size,
@@ -53,12 +75,19 @@ class FileAccount:
             self.needed_marks,
             self.dead_puts,
             self.created,
+            self.id_floor,
+            len(self.acked_in),
         )
+        pairs = sorted(self.acked_in.items())  # one byte form per content
+        return head + b"".join(_ACKED_IN.pack(f, n) for f, n in pairs)
 
     @classmethod
     def unpack(cls, file_id: int, value: bytes) -> FileAccount:
-        kind, retired, size, lb, lm, nm, dp, created = _FILE_VALUE.unpack(value)
-        return cls(file_id, kind, size, lb, lm, nm, dp, created, bool(retired))
+        kind, retired, size, lb, lm, nm, dp, created, floor, count = _FILE_VALUE.unpack_from(value)
+        acked_in = dict(_ACKED_IN.iter_unpack(value[_FILE_VALUE.size :]))
+        if len(acked_in) != count:
+            raise ValueError(f"file account {file_id}: {len(acked_in)} pairs, header says {count}")
+        return cls(file_id, kind, size, lb, lm, nm, dp, created, bool(retired), floor, acked_in)
 
 
 @dataclass
@@ -75,6 +104,10 @@ class Accounting:
     # Files that became reclaimable (nothing needed left): deleted at once by
     # the store's background flush instead of waiting for a compaction pass.
     emptied: set[int] = field(default_factory=set)
+    # Victims of a running rewrite: a message in one acked meanwhile keeps an
+    # ACKED entry, which the swap moves to the message's copy (a count could
+    # not say which message it was).
+    rewriting: set[int] = field(default_factory=set)
 
     def note(self, stats: FileAccount) -> None:
         """Call after lowering a counter: remembers the file if nothing in it is needed."""
@@ -86,6 +119,15 @@ class Accounting:
         stats = self.files[file_id]
         stats.needed_marks -= 1
         self.note(stats)
+
+    def id_ranges(self) -> IdRanges:
+        return IdRanges(
+            sorted(
+                (a.id_floor, f)
+                for f, a in self.files.items()
+                if a.kind == KIND_JOURNAL and not a.retired
+            )
+        )
 
     def add(self, stats: FileAccount) -> None:
         self.files[stats.file_id] = stats
@@ -120,3 +162,19 @@ class Accounting:
             acct.files[file_id] = FileAccount.unpack(file_id, value)
             acct._written[file_id] = bytes(value)
         return acct
+
+
+@dataclass(frozen=True, slots=True)
+class IdRanges:
+    """The journal files by id floor, to tell which one's range holds an id."""
+
+    floors: list[tuple[int, int]]  # (id floor, file id), ascending
+
+    def holder(self, msg_id: int) -> int | None:
+        """The file whose range holds ``msg_id``: the newest with the highest
+        floor not above it (a file rolled over empty shares its floor with the
+        next, which got every id from that floor on). A deleted file's range
+        falls to the file before it, which is harmless: its count of ACKs in a
+        given file tells how many are needed, not which."""
+        at = bisect.bisect_right(self.floors, (msg_id, 2**32)) - 1
+        return self.floors[at][1] if at >= 0 else None

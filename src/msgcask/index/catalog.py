@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from msgcask.index import keys
-from msgcask.index.accounting import Accounting, FileAccount
+from msgcask.index.accounting import Accounting, FileAccount, IdRanges
 from msgcask.index.env import IndexEnv
 from msgcask.index.keys import STATE_LIVE, Acked, Live
 
@@ -174,8 +174,13 @@ class Catalog:
         mkey = keys.msg_key(msg_id)
         if entry.file_id == ack_file:
             txn.delete(mkey, db=self.env.msgs)
+        elif stats.in_id_range(msg_id) and entry.file_id not in self.acct.rewriting:
+            # The ACK must outlive the PUT record: counted per pair of files.
+            txn.delete(mkey, db=self.env.msgs)
+            stats.acked_in[ack_file] = stats.acked_in.get(ack_file, 0) + 1
+            self.acct[ack_file].needed_marks += 1
         else:
-            # The ACK must outlive the PUT record, wherever it is.
+            # The same, where only an entry can say which record it is.
             txn.put(mkey, keys.pack_acked(entry.file_id, ack_file), db=self.env.msgs)
             stats.dead_puts += 1
             self.acct[ack_file].needed_marks += 1
@@ -275,14 +280,27 @@ class Catalog:
         )
         return True
 
-    def carry_ack(self, msg_id: int, victim: int, file_id: int) -> bool:
-        """Move the needed ACK of ``msg_id`` from ``victim`` to its copy in ``file_id``."""
+    def carry_ack(self, msg_id: int, victim: int, file_id: int, put_file: int) -> bool:
+        """Move the needed ACK of ``msg_id`` from ``victim`` to its copy in
+        ``file_id``; ``put_file`` is where the classification found its PUT
+        record (for an ACK counted in that file's ``acked_in``)."""
         entry = self.lookup(msg_id)
+        if entry is None:
+            return self._carry_counted(put_file, victim, file_id)
         if not isinstance(entry, Acked) or entry.ack_file != victim:
             return False
         self.env.txn.put(
             keys.msg_key(msg_id), keys.pack_acked(entry.put_file, file_id), db=self.env.msgs
         )
+        self.acct[victim].needed_marks -= 1
+        self.acct[file_id].needed_marks += 1
+        return True
+
+    def _carry_counted(self, put_file: int, victim: int, file_id: int) -> bool:
+        puts = self.acct.files.get(put_file)
+        if puts is None or puts.retired or not puts.acked_in.get(victim):
+            return False  # released meanwhile (or not a needed ACK): the copy is dead
+        _move_count(puts.acked_in, victim, file_id)
         self.acct[victim].needed_marks -= 1
         self.acct[file_id].needed_marks += 1
         return True
@@ -309,6 +327,17 @@ class Catalog:
             self.env.txn.delete(keys.msg_key(msg_id), db=self.env.msgs)
             self.acct.drop_mark(ack_file)
             self.acct[file_id].dead_puts -= 1
+
+    def release_counted(self, file_id: int) -> None:
+        """``file_id`` is being deleted: the ACKs counted in its ``acked_in`` are
+        no longer needed."""
+        stats = self.acct[file_id]
+        for ack_file, count in stats.acked_in.items():
+            acks = self.acct.files.get(ack_file)
+            if acks is not None:
+                acks.needed_marks -= count
+                self.acct.note(acks)
+        stats.acked_in.clear()
 
     def entries_between(
         self,
@@ -340,8 +369,24 @@ class Catalog:
                     return end
             return int(keys.MSG_KEY.unpack(cur.key())[0])
 
-    def needed_ack(self, msg_id: int, file_id: int) -> Acked | None:
+    def needed_ack(self, msg_id: int, file_id: int, ranges: IdRanges) -> int | None:
+        """If the ACK record of ``msg_id`` in ``file_id`` is needed, the file
+        holding the PUT record it cancels (or, for a counted ACK, the file
+        whose range holds the id); else None."""
         entry = self.lookup(msg_id)
-        if isinstance(entry, Acked) and entry.ack_file == file_id:
-            return entry
-        return None
+        if isinstance(entry, Acked):
+            return entry.put_file if entry.ack_file == file_id else None
+        if entry is not None:
+            return None
+        holder = ranges.holder(msg_id)
+        if holder is None or holder == file_id or not self.acct[holder].acked_in.get(file_id):
+            return None
+        return holder
+
+
+def _move_count(counts: dict[int, int], old: int, new: int) -> None:
+    counts[new] = counts.get(new, 0) + 1
+    if counts[old] == 1:
+        del counts[old]
+    else:
+        counts[old] -= 1

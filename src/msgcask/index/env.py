@@ -22,7 +22,7 @@ import lmdb
 from msgcask.errors import FormatVersionError
 from msgcask.index import keys
 
-INDEX_FORMAT_VERSION = 1
+INDEX_FORMAT_VERSION = 2
 MAP_SIZE = 2**40  # address space only; the file grows with the pages in use
 _TABLES = (b"meta", b"queues", b"order", b"msgs", b"files")
 SHRINK_DIR = "shrink"  # inside index/: where a compacted copy is built
@@ -169,6 +169,10 @@ class IndexEnv:
             )
         if version == 0:
             raise IndexUnusable("the index has no format version (new or incomplete)")
+        if version < INDEX_FORMAT_VERSION:
+            raise IndexUnusable(
+                f"the index has format version {version}, older than {INDEX_FORMAT_VERSION}"
+            )
 
     def walk(self) -> None:
         """Read every page of every table once; raise IndexUnusable if LMDB finds

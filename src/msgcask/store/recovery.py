@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import struct
 import time
 from dataclasses import dataclass, field
 
@@ -230,7 +231,10 @@ class Recovery:
         if raw is None:
             raise NeedsRebuild("the index has no checkpoint")
         cp_file, cp_offset = keys.CHECKPOINT.unpack(raw)
-        acct = Accounting.load(list(env.items(env.files)))
+        try:
+            acct = Accounting.load(list(env.items(env.files)))
+        except (ValueError, struct.error) as e:
+            raise NeedsRebuild(f"a file account in the index is damaged ({e})") from e
         on_disk = self.files.handles
         # Finish deletions that a crash interrupted.
         for file_id in [f for f, s in acct.files.items() if s.retired]:
@@ -261,7 +265,11 @@ class Recovery:
         for file_id in to_replay:
             acct.add(
                 FileAccount(
-                    file_id, fmt.KIND_JOURNAL, size=on_disk[file_id].size, created=time.time()
+                    file_id,
+                    fmt.KIND_JOURNAL,
+                    size=on_disk[file_id].size,
+                    created=time.time(),
+                    id_floor=self.files.headers[file_id].id_floor,
                 )
             )
         last_journal = plan[-1][0]
@@ -312,7 +320,11 @@ class Recovery:
         for file_id, header in sorted(self.files.headers.items()):
             acct.add(
                 FileAccount(
-                    file_id, header.kind, size=self.files.handles[file_id].size, created=time.time()
+                    file_id,
+                    header.kind,
+                    size=self.files.handles[file_id].size,
+                    created=time.time(),
+                    id_floor=header.id_floor,
                 )
             )
             self.max_msg_id = max(self.max_msg_id, header.id_floor - 1)
