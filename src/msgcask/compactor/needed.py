@@ -118,17 +118,16 @@ class ById:
 def by_id(store: Store, file_id: int) -> ById | None:
     """Scan the index over a journal file's id range (None for other files)."""
     with store._lock:
+        files = store._acct.files
         later = [
             f
-            for f, a in store._acct.files.items()
+            for f, a in files.items()
             if f > file_id and a.kind == fmt.KIND_JOURNAL and f in store._handles
         ]
-        if store._acct.files[file_id].kind != fmt.KIND_JOURNAL or not later:
+        if files[file_id].kind != fmt.KIND_JOURNAL or not later:
             return None
-        handles = store._handles[file_id], store._handles[min(later)]
-    first, end = (
-        codec.decode_file_header(h.read(0, fmt.FILE_HEADER_SIZE), h.path).id_floor for h in handles
-    )
+        # The accounts keep each file's header floor: no header to read.
+        first, end = files[file_id].id_floor, files[min(later)].id_floor
     found = ById()
     pacer = store._pacer
     while first < end:
