@@ -74,6 +74,7 @@ Selector = Callable[[dict[str, str]], bool]
 _MAX_CHANGES_PER_COMMIT = 50_000
 _PURGE_CHUNK = 10_000
 _BACKGROUND_PASSES_WHILE_BEHIND = 16  # back-to-back passes of one background run, at most
+_WATCH_EVERY = 0.02  # seconds between two checks of whether disk use is near the space bound
 _SHRINK_MIN_FREE_PAGES = 16  # 64 KiB of free index pages: below that a shrink is not worth it
 _SHRINK_RATIO = 4  # index file / pages in use that triggers a shrink while traffic flows
 _SHRINK_RATIO_IDLE = 2  # the same once the store is idle
@@ -363,12 +364,20 @@ class Store:
     # -- background flushing -------------------------------------------------------
 
     def _flush_loop(self) -> None:
-        while not self._stop.wait(self.options.sync_interval):
+        next_sync = time.monotonic() + self.options.sync_interval
+        compacting = self.options.compaction_interval is not None
+        while not self._stop.wait(min(max(next_sync - time.monotonic(), 0.0), _WATCH_EVERY)):
             try:
-                self.sync()
-                if self._acct.emptied:
-                    self._compactor.reclaim_emptied()
-                if self.options.compaction_interval is not None and self._compactor.due():
+                if time.monotonic() >= next_sync:
+                    next_sync = time.monotonic() + self.options.sync_interval
+                    self.sync()
+                    if self._acct.emptied:
+                        self._compactor.reclaim_emptied()
+                    if compacting and self._compactor.due():
+                        self._scheduler.run_soon()
+                # Checked more often than the rest: the last files of a fast drain
+                # turn sparse faster than one sync_interval.
+                if compacting and self._compactor.urgent():
                     self._scheduler.run_soon()
             except ClosedError:
                 return

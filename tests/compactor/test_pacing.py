@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import msgcask
-from msgcask.compactor import pacing
+from msgcask.compactor import pacing, policy
 from msgcask.compactor.pacing import Pacer
 
 KIB = 1024
@@ -144,3 +144,28 @@ def test_a_background_run_keeps_passing_while_compaction_is_behind(tmp_path: Pat
         assert store.stats().compaction.passes > 1
         assert within_bound(store), store.stats()
         assert store.verify() == []
+
+
+def test_disk_use_near_the_space_bound_counts_as_behind(tmp_path: Path) -> None:
+    # Two sealed files a tenth live (under two files of work for passes, so not
+    # behind by the backlog measure) and a write head full of consumed messages:
+    # disk use is more than two files beyond what the live data allows.
+    with msgcask.open(tmp_path, max_file_size=MFS, compaction_interval=None) as store:
+        q = store.queue("q")
+        for _ in range(120):
+            q.put(b"s" * 1000)
+        for i in range(120):
+            m = q.get(block=False)
+            if i % 10:
+                q.ack(m)
+        for _ in range(40):
+            q.put(b"d" * 1000)
+            q.ack(q.get(block=False))
+        compactor = store._compactor
+        views = compactor._rewritable(compactor._views())
+        assert not policy.behind(views, 0.5, policy.min_gain_for(MFS), MFS), views
+        assert compactor.near_bound(), store.stats()
+        assert compactor.behind()
+        store.compact()
+        assert not compactor.near_bound(), store.stats()
+        assert not compactor.behind()

@@ -18,11 +18,13 @@ from hypothesis import strategies as st
 import msgcask
 from msgcask.compactor.policy import (
     MARK_COST,
+    NEAR_BOUND_FILES,
     FileView,
     Plan,
     behind,
     benefit_cost,
     min_gain_for,
+    near_bound,
     plan,
     reclaimable_bytes,
 )
@@ -274,6 +276,16 @@ def test_behind_means_two_files_of_work_pending() -> None:
     assert not is_behind([sparse, deletable])  # 1.75 files
     assert is_behind([sparse, deletable, view(5, live=SIZE // 4)])  # 2.5 files
     assert is_behind([deletable, view(6)])
+
+
+def test_near_bound_means_over_two_files_beyond_what_the_needed_bytes_allow() -> None:
+    needed = 10 * KIB  # at threshold 0.5 the bound allows 20 KiB plus a few files
+    line = 2 * needed + NEAR_BOUND_FILES * SIZE
+    assert not near_bound(line, needed, 0.5, SIZE)
+    assert near_bound(line + 1, needed, 0.5, SIZE)
+    # A higher threshold allows less disk for the same needed bytes.
+    assert near_bound(line, needed, 1.0, SIZE)
+    assert not near_bound(needed + NEAR_BOUND_FILES * SIZE, needed, 1.0, SIZE)
 
 
 def test_budget_counts_carried_marks() -> None:

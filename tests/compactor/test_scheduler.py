@@ -249,3 +249,37 @@ def test_background_job_uses_the_configured_threshold(tmp_path: Path) -> None:
         assert st.compaction.files_rewritten == 0, "a pass ignored compaction_threshold"
         assert st.data_bytes >= big
         assert store.compact(threshold=0.5).files_rewritten > 0
+
+
+def test_disk_use_near_the_space_bound_starts_a_pass_before_the_next_check(
+    tmp_path: Path,
+) -> None:
+    # The periodic check runs every sync_interval (here a minute), the job every
+    # hour: only the space watch can start the pass waited for.
+    with msgcask.open(
+        tmp_path / "store", max_file_size=MFS, compaction_interval=3600, sync_interval=60
+    ) as store:
+        _make_sparse_files(store)
+        _wait_for(lambda: store.stats().compaction.passes >= 1, "a pass")
+        _wait_for(lambda: not store._compactor.near_bound(), "disk use back under the bound")
+        assert _compacted(store), store.stats()
+        assert store.verify() == []
+
+
+def test_the_space_watch_waits_for_new_data_after_a_pass_that_freed_nothing(
+    tmp_path: Path,
+) -> None:
+    with _open(tmp_path / "store", interval=None) as store:
+        _make_sparse_files(store)
+        compactor = store._compactor
+        assert compactor.near_bound()
+        assert compactor.urgent()
+        assert store.compact(threshold=0.01).files_rewritten == 0  # no file that sparse
+        assert compactor.near_bound()
+        assert not compactor.urgent()  # the same pass again would free nothing
+        q = store.queue("more")
+        for _ in range(70):
+            q.put(b"m" * 1000)
+        assert compactor.urgent()  # a data file written since: it may now
+        assert store.compact().files_rewritten > 0
+        assert not compactor.near_bound()

@@ -86,6 +86,19 @@ def behind(files: list[FileView], threshold: float, min_gain: int, max_file_size
     return sparse_dead_bytes(files, threshold, min_gain) >= 2 * max_file_size
 
 
+# Data files' worth of bytes over (live + needed) / threshold at which disk use
+# counts as near the space bound (a few files over it; see docs/tuning.md).
+NEAR_BOUND_FILES = 2
+
+
+def near_bound(data_bytes: int, needed_bytes: int, threshold: float, max_file_size: int) -> bool:
+    """Whether the data files hold more than ``NEAR_BOUND_FILES`` data files beyond
+    what the space bound allows for ``needed_bytes`` (live records and needed
+    ACK/DELIVER records) at ``threshold``: a drain can make files sparse faster
+    than periodic checks notice, and a pass should start at once."""
+    return data_bytes > needed_bytes / threshold + NEAR_BOUND_FILES * max_file_size
+
+
 def reclaimable_bytes(files: list[FileView], min_gain: int) -> int:
     """An upper bound of what passes can free: whole deletable files, the dead
     bytes of files worth rewriting, and the write head's dead bytes (freed

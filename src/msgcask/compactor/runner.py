@@ -39,6 +39,7 @@ class Compactor:
         self.last: CompactionReport | None = None
         self._written_at_last_start = 0
         self._written_at_last_run = -1  # journal bytes when the last run began
+        self._written_at_last_urgent = 0  # the same when ``urgent`` last said yes
         # Files found with damaged records: never rewrite victims again (they are
         # still deleted whole once nothing in them is needed).
         self._damaged: set[int] = set()
@@ -132,8 +133,11 @@ class Compactor:
                 store._journal.roll_over()
 
     def behind(self) -> bool:
-        """Whether passes have a backlog of work (background work then does not
-        step aside for foreground calls)."""
+        """Whether compaction is behind: disk use is near the space bound, or
+        passes have a backlog of work (background work then does not step aside
+        for foreground calls, and background runs chain passes)."""
+        if self.near_bound():
+            return True
         store = self._store
         with store._lock:
             views = self._rewritable(self._views())
@@ -141,6 +145,35 @@ class Compactor:
         return policy.behind(
             views, store.options.compaction_threshold, policy.min_gain_for(size), size
         )
+
+    def near_bound(self) -> bool:
+        """Whether disk use is near the space bound (``policy.near_bound``).
+        Reads the accounts without the store's lock, so it can run often: a
+        count changed meanwhile only moves the answer by one message."""
+        store = self._store
+        accounts = list(store._acct.files.values())  # one C-level copy: no lock needed
+        needed = sum(a.live_bytes + a.needed_marks * policy.MARK_COST for a in accounts)
+        options = store.options
+        return policy.near_bound(
+            store._data_bytes, needed, options.compaction_threshold, options.max_file_size
+        )
+
+    def urgent(self) -> bool:
+        """Whether a pass should start now, not at the next check: disk use is
+        near the space bound, and a pass may bring it down (the last one freed
+        something, or a data file has been written since the last urgent start;
+        so a store whose files cannot be compacted does not start pass after pass)."""
+        store = self._store
+        written = store._journal.bytes_written
+        progressed = self.last is not None and (
+            self.last.files_rewritten or self.last.files_deleted
+        )
+        if not progressed and written - self._written_at_last_urgent < store.options.max_file_size:
+            return False
+        if not self.near_bound():
+            return False
+        self._written_at_last_urgent = written
+        return True
 
     def _budget(self, budget: int | None) -> tuple[int, bool]:
         """The bytes this pass may copy, and whether that is a hard limit."""
