@@ -1,6 +1,7 @@
 """Put latency while compaction runs, against the same load without it.
 
-Run: ``.venv/bin/python bench/compaction_latency.py [repeats]``. Not a test: it
+Run: ``.venv/bin/python bench/compaction_latency.py [repeats] [--one-cpu]``
+(``--one-cpu``: every thread on one CPU, ``msgcask.confine_to_one_cpu``). Not a test: it
 prints p50 / p99 / max of single 1 KiB puts from a steady prober, and the ratio
 of the p99s, in two situations:
 
@@ -123,4 +124,8 @@ def main(repeats: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    args = sys.argv[1:]
+    if "--one-cpu" in args:
+        args.remove("--one-cpu")
+        print(f"every thread runs on CPU {msgcask.confine_to_one_cpu()}")
+    main(int(args[0]) if args else 3)

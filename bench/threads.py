@@ -24,13 +24,13 @@ The gap between the second and third rows is that cost.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import resource
 import sys
 import tempfile
 import threading
 import time
 
+import msgcask
 from msgcask.workloads.config import RunConfig
 from msgcask.workloads.definitions import POLL
 from msgcask.workloads.factory import MSGCASK, make_subject
@@ -117,7 +117,7 @@ def two_threads(name: str, n: int) -> Figures:
 
 
 def _pinned(name: str, n: int, out: multiprocessing.Queue[Figures]) -> None:
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    msgcask.confine_to_one_cpu()
     out.put(two_threads(name, n))
 
 

@@ -10,6 +10,7 @@ b'urgent'
 >>> store.close()
 """
 
+from msgcask.cpu import confine_to_one_cpu
 from msgcask.db import Store, open
 from msgcask.errors import (
     ClosedError,
@@ -50,5 +51,6 @@ __all__ = [
     "StoreLockedError",
     "StoreStats",
     "Transaction",
+    "confine_to_one_cpu",
     "open",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -72,6 +73,29 @@ def test_bench_command(tmp_path: Path) -> None:
     assert "skipped nope: unknown peer" in result.output
     assert (out / "steady.json").is_file()
     assert _is_png(str(out / "steady-space.png"))
+
+
+def test_bench_one_cpu_runs_every_thread_on_one_cpu(tmp_path: Path) -> None:
+    # In a child: confining is process-wide.
+    code = (
+        "import json, os, sys\n"
+        "from click.testing import CliRunner\n"
+        "from msgcask.cli.bench import bench\n"
+        "r = CliRunner().invoke(bench, ['steady', '-n', '300', '--size', '100', '--peers',"
+        " 'sqlite3', '--out', sys.argv[1], '--no-progress', '--no-reopen', '--no-plots',"
+        " '--one-cpu'])\n"
+        "masks = {len(os.sched_getaffinity(int(t))) for t in os.listdir('/proc/self/task')}\n"
+        "print(json.dumps([r.exit_code, r.output, sorted(masks)]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    exit_code, output, masks = json.loads(out.stdout)
+    assert exit_code == 0, output
+    assert "every thread runs on CPU" in output and " one_cpu" in output
+    assert masks == [1]
+    doc = json.loads((tmp_path / "steady.json").read_text())
+    assert doc["params"]["one_cpu"] is True
 
 
 def test_bench_rejects_bad_values(tmp_path: Path) -> None:

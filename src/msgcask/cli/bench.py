@@ -190,6 +190,11 @@ SIZE = SizeType()
 )
 @click.option("--no-plots", is_flag=True)
 @click.option("--no-progress", is_flag=True)
+@click.option(
+    "--one-cpu",
+    is_flag=True,
+    help="Run every thread on one CPU (msgcask.confine_to_one_cpu; see docs/tuning.md).",
+)
 def bench(
     workload: str,
     messages: int,
@@ -221,6 +226,7 @@ def bench(
     workdir: str | None,
     no_plots: bool,
     no_progress: bool,
+    one_cpu: bool,
 ) -> None:
     """Run one standard WORKLOAD on msgcask and its peers; write JSON and plots to --out."""
     from msgcask.workloads.report import summary
@@ -257,6 +263,7 @@ def bench(
             reopen=not no_reopen,
             time_limit=time_limit,
             progress=not no_progress,
+            one_cpu=one_cpu,
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from e

@@ -56,6 +56,7 @@ class RunConfig:
     time_limit: float | None = None  # seconds per subject; then the run stops, "incomplete"
     reopen: bool = True
     progress: bool = True
+    one_cpu: bool = False  # run every thread of the process on one CPU (msgcask.confine_to_one_cpu)
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOAD_NAMES:

@@ -42,6 +42,7 @@ def summary(doc: dict[str, Any]) -> str:
         f"batch={p['batch']} sync={p['sync']} max_file_size={p['max_file_size']} "
         f"threshold={p['threshold']} compaction={p['compaction']} "
         f"producers={p['producers']} consumers={p['consumers']}"
+        + (" one_cpu" if p.get("one_cpu") else "")
     )
     rows = []
     for r in doc["runs"]:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from msgcask.cpu import confine_to_one_cpu
 from msgcask.workloads.config import RunConfig
 from msgcask.workloads.crash import measure_crash_reopen
 from msgcask.workloads.definitions import (
@@ -40,6 +41,8 @@ def run_workload(
 ) -> dict[str, Any]:
     """Run ``cfg.workload`` on every subject; return the result document (not yet written)."""
     say = echo or (lambda _msg: None)
+    if cfg.one_cpu:
+        say(f"every thread runs on CPU {confine_to_one_cpu()}")
     plan: list[tuple[str, bool]] = [(MSGCASK, c) for c in cfg.compaction_variants()]
     skipped: list[dict[str, str]] = []
     for peer in cfg.peers:
