@@ -366,7 +366,8 @@ class Store:
     def _flush_loop(self) -> None:
         next_sync = time.monotonic() + self.options.sync_interval
         compacting = self.options.compaction_interval is not None
-        while not self._stop.wait(min(max(next_sync - time.monotonic(), 0.0), _WATCH_EVERY)):
+        watch = _WATCH_EVERY if compacting else float("inf")  # nothing to watch for
+        while not self._stop.wait(min(max(next_sync - time.monotonic(), 0.0), watch)):
             try:
                 if time.monotonic() >= next_sync:
                     next_sync = time.monotonic() + self.options.sync_interval
