@@ -163,17 +163,20 @@ class Compactor:
         near the space bound, and a pass may bring it down (the last one freed
         something, or a data file has been written since the last urgent start;
         so a store whose files cannot be compacted does not start pass after pass)."""
-        store = self._store
-        written = store._journal.bytes_written
-        progressed = self.last is not None and (
-            self.last.files_rewritten or self.last.files_deleted
-        )
-        if not progressed and written - self._written_at_last_urgent < store.options.max_file_size:
-            return False
-        if not self.near_bound():
+        written = self._store._journal.bytes_written
+        if not self._may_progress(written - self._written_at_last_urgent) or not self.near_bound():
             return False
         self._written_at_last_urgent = written
         return True
+
+    def _may_progress(self, written_since: int) -> bool:
+        """Whether a pass started now may free something: the last one did, or
+        ``written_since`` (journal bytes since the last such start) reaches a
+        data file. So what a pass cannot take does not start pass after pass."""
+        progressed = self.last is not None and (
+            self.last.files_rewritten or self.last.files_deleted
+        )
+        return bool(progressed) or written_since >= self._store.options.max_file_size
 
     def _budget(self, budget: int | None) -> tuple[int, bool]:
         """The bytes this pass may copy, and whether that is a hard limit."""
@@ -276,10 +279,7 @@ class Compactor:
         store = self._store
         size = store.options.max_file_size
         written = store._journal.bytes_written
-        progressed = self.last is not None and (
-            self.last.files_rewritten or self.last.files_deleted
-        )
-        if not progressed and written - self._written_at_last_start < size:
+        if not self._may_progress(written - self._written_at_last_start):
             return False
         with store._lock:
             views = self._rewritable(self._views())
