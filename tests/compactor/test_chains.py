@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 
 import msgcask
+from msgcask.store import codec
 
 MAX_FILE_SIZE = 64 * 1024
 BODY = b"c" * 1000
 PER_ROUND = 50  # ~52 KB of PUT records: about one data file per round
+ONE_PASS_ROUNDS = 10  # links whose needed ACKs (~1 KiB each) fit one compacted file
 
 
 @dataclass
@@ -120,12 +122,12 @@ def test_why_kept_rejects_unknown_and_non_int_files(tmp_path: Path) -> None:
             store.why_kept("1")  # type: ignore[arg-type]
 
 
-def test_ack_chain_is_deleted_in_one_pass_keeping_only_the_pin(
-    tmp_path: Path, scaled: Callable[[int], int]
-) -> None:
+def test_ack_chain_is_deleted_in_one_pass_keeping_only_the_pin(tmp_path: Path) -> None:
+    # Ten links carry about 10 KiB of needed ACKs: one compacted file holds them all,
+    # so one pass takes the whole chain (longer chains: the next test).
     path = tmp_path / "store"
     with _open(path) as store:
-        chain = _build_chain(store, rounds=scaled(10))
+        chain = _build_chain(store, rounds=ONE_PASS_ROUNDS)
         _check_is_a_chain(store, chain)
         report = store.compact()
         st = store.stats()
@@ -140,6 +142,37 @@ def test_ack_chain_is_deleted_in_one_pass_keeping_only_the_pin(
         assert _live(store) == {chain.pin}
         assert store.verify() == []
         # Nothing of the chain's history is left to hold the disk.
+        store.compact()
+        assert store.stats().data_bytes <= 2 * MAX_FILE_SIZE
+        assert store.verify() == []
+    _check_reopened(path, tmp_path, {chain.pin})
+
+
+def test_long_ack_chain_is_deleted_in_passes_that_each_shorten_it(
+    tmp_path: Path, scaled: Callable[[int], int]
+) -> None:
+    # A pass copies at most one compacted file's worth, so a chain whose ACKs would
+    # fill more than that may take several passes. Each pass must shorten it, and the
+    # chain must be gone within as many passes as its ACKs fill half files (half: room
+    # for framing and the MANIFEST), plus one.
+    path = tmp_path / "store"
+    with _open(path) as store:
+        chain = _build_chain(store, rounds=scaled(200))
+        _check_is_a_chain(store, chain)
+        ack_bytes = len(chain.acked) * len(codec.encode_ack(chain.head))
+        assert ack_bytes > MAX_FILE_SIZE, "the chain's ACKs fit one compacted file"
+        most = -(-ack_bytes // (MAX_FILE_SIZE // 2)) + 1
+        left = set(chain.files)
+        passes = 0
+        while left:
+            passes += 1
+            assert passes <= most, f"{len(left)} chain files left after {most} passes"
+            report = store.compact()
+            now = left & {f.file_id for f in store.stats().files}
+            assert len(now) < len(left), f"pass {passes} did not shorten the chain: {report}"
+            left = now
+            assert _live(store) == {chain.pin}
+            assert store.verify() == []
         store.compact()
         assert store.stats().data_bytes <= 2 * MAX_FILE_SIZE
         assert store.verify() == []
