@@ -49,12 +49,16 @@ def test_priority_pinned_messages_never_fill_a_limited_store(
     # without compaction the store would need one file per round, far over 8 files.
     limit = 8 * MFS
     rounds = scaled(64)
+    # The pinned messages stay live, and each round adds a file of live high-priority
+    # ones on top: at more rounds the low bodies shrink so that all of them together
+    # stay within a quarter of the limit (else the live data itself would not fit).
+    repeats = min(100, limit // (4 * rounds * len(b"low-000000|")))
     path = tmp_path / "store"
     lows: dict[int, bytes] = {}
     with _open(path, max_store_size=limit) as store:
         q = store.queue("pp")
         for r in range(rounds):
-            body = (b"low-%06d|" % r) * 100
+            body = (b"low-%06d|" % r) * repeats
             lows[q.put(body, priority=0)] = body
             for _ in range(60):  # about one data file of 1 KiB messages
                 q.put(b"h" * 1000, priority=9)
