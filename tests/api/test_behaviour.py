@@ -85,6 +85,42 @@ class TestOrder:
             assert after == before
             verify(store)
 
+    def test_messages_put_after_gets_began_keep_their_place(self, store: msgcask.Store) -> None:
+        # get() reads the queue's order ahead; whatever arrives later, at any priority,
+        # must still come out in priority order, then in put order.
+        q = store.queue("q")
+        plan: list[tuple[int, bytes]] = [(4, b"a1"), (4, b"a2"), (0, b"z1"), (4, b"a3")]
+        ids = {body: q.put(body, priority=p) for p, body in plan}
+        got = [q.get(block=False)]
+        for p, body in [(4, b"a4"), (9, b"top"), (0, b"z2"), (5, b"mid"), (4, b"a5")]:
+            ids[body] = q.put(body, priority=p)
+            plan.append((p, body))
+            got.append(q.get(block=False))
+        while len(got) < len(plan):
+            got.append(q.get(block=False))
+        # What is taken at each step is the best of what was there at the time.
+        want = [b"a1", b"a2", b"top", b"a3", b"mid", b"a4", b"a5", b"z1", b"z2"]
+        assert [m.body for m in got] == want
+        assert len({m.id for m in got}) == len(plan)
+
+    def test_a_nacked_message_comes_back_before_later_ones(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        ids = [q.put(b"m%d" % i) for i in range(5)]
+        first, second = q.get(block=False), q.get(block=False)
+        q.nack(first)
+        assert [m.id for m in _drain(q)] == [ids[0], *ids[2:]]
+        q.ack(second)
+
+    def test_headers_of_delivered_messages_are_their_own(self, store: msgcask.Store) -> None:
+        q = store.queue("q")
+        mine = {"k": "v"}
+        q.put_many([b"a", b"b"], headers=mine)
+        q.put(b"c", headers=mine)
+        mine["k"] = "changed by the producer"
+        a = q.get(block=False)
+        a.headers["k"] = "changed by the consumer"
+        assert [dict(q.get(block=False).headers) for _ in range(2)] == [{"k": "v"}] * 2
+
 
 class TestBlocking:
     def test_get_on_empty_queue_without_blocking_raises_empty(self, store: msgcask.Store) -> None:
