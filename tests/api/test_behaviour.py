@@ -86,8 +86,8 @@ class TestOrder:
             verify(store)
 
     def test_messages_put_after_gets_began_keep_their_place(self, store: msgcask.Store) -> None:
-        # get() reads the queue's order ahead; whatever arrives later, at any priority,
-        # must still come out in priority order, then in put order.
+        # get() goes on from where it got to in the queue; whatever arrives later, at
+        # any priority, must still come out in priority order, then in put order.
         q = store.queue("q")
         plan: list[tuple[int, bytes]] = [(4, b"a1"), (4, b"a2"), (0, b"z1"), (4, b"a3")]
         ids = {body: q.put(body, priority=p) for p, body in plan}
