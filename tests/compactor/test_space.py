@@ -51,7 +51,8 @@ def test_priority_pinned_messages_never_fill_a_limited_store(
     rounds = scaled(64)
     # The pinned messages stay live, and each round adds a file of live high-priority
     # ones on top: at more rounds the low bodies shrink so that all of them together
-    # stay within a quarter of the limit (else the live data itself would not fit).
+    # stay within a quarter of the limit. (Near the limit, puts may rightly be refused:
+    # a copy needs room before its victim goes; see tuning.md, max_store_size.)
     repeats = min(100, limit // (4 * rounds * len(b"low-000000|")))
     path = tmp_path / "store"
     lows: dict[int, bytes] = {}
