@@ -29,6 +29,11 @@ from msgcask.store import format as fmt
 MARK_COST = fmt.RECORD_HEADER_SIZE + fmt.DELIVER_PAYLOAD.size
 
 
+def copy_cost(live_bytes: int, needed_marks: int) -> int:
+    """Bytes a rewrite copies for a file's live records and needed marks."""
+    return live_bytes + needed_marks * MARK_COST
+
+
 @dataclass(frozen=True, slots=True)
 class FileView:
     """What the policy knows of a data file."""
@@ -47,7 +52,7 @@ class FileView:
 
     @property
     def copy_cost(self) -> int:
-        return self.live_bytes + self.needed_marks * MARK_COST
+        return copy_cost(self.live_bytes, self.needed_marks)
 
     @property
     def live_ratio(self) -> float:

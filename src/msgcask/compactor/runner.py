@@ -152,7 +152,7 @@ class Compactor:
         count changed meanwhile only moves the answer by one message."""
         store = self._store
         accounts = list(store._acct.files.values())  # one C-level copy: no lock needed
-        needed = sum(a.live_bytes + a.needed_marks * policy.MARK_COST for a in accounts)
+        needed = sum(policy.copy_cost(a.live_bytes, a.needed_marks) for a in accounts)
         options = store.options
         return policy.near_bound(
             store._data_bytes, needed, options.compaction_threshold, options.max_file_size
