@@ -75,6 +75,7 @@ _MAX_CHANGES_PER_COMMIT = 50_000
 _PURGE_CHUNK = 10_000
 _BACKGROUND_PASSES_WHILE_BEHIND = 16  # back-to-back passes of one background run, at most
 _WATCH_EVERY = 0.02  # seconds between two checks of whether disk use is near the space bound
+_IDLE_WATCH_EVERY = 0.2  # the same while nothing is written: idle, the check is skipped
 _SHRINK_MIN_FREE_PAGES = 16  # 64 KiB of free index pages: below that a shrink is not worth it
 _SHRINK_RATIO = 4  # index file / pages in use that triggers a shrink while traffic flows
 _SHRINK_RATIO_IDLE = 2  # the same once the store is idle
@@ -190,6 +191,7 @@ class Store:
         os.makedirs(self.path, exist_ok=True)
         self._fs = _fs or FileSystem()
         self._closed = True
+        self._committed_position: Position | None = None  # journal position of the last commit
         self._lock_file = StoreLock(os.path.join(self.path, LOCK_FILE))
         try:
             self._open()
@@ -366,7 +368,8 @@ class Store:
     def _flush_loop(self) -> None:
         next_sync = time.monotonic() + self.options.sync_interval
         compacting = self.options.compaction_interval is not None
-        watch = _WATCH_EVERY if compacting else float("inf")  # nothing to watch for
+        watched = self._journal.bytes_written
+        watch = _IDLE_WATCH_EVERY if compacting else float("inf")  # nothing to watch for
         while not self._stop.wait(min(max(next_sync - time.monotonic(), 0.0), watch)):
             try:
                 if time.monotonic() >= next_sync:
@@ -376,10 +379,18 @@ class Store:
                         self._compactor.reclaim_emptied()
                     if compacting and self._compactor.due():
                         self._scheduler.run_soon()
-                # Checked more often than the rest: the last files of a fast drain
-                # turn sparse faster than one sync_interval.
-                if compacting and self._compactor.urgent():
-                    self._scheduler.run_soon()
+                # Checked more often than the rest while writes come in: the last
+                # files of a fast drain turn sparse faster than one sync_interval.
+                # Writing nothing cannot bring disk use nearer the bound, so an
+                # idle store only looks, less often, for writes starting again.
+                written = self._journal.bytes_written
+                if compacting and written != watched:
+                    watched = written
+                    watch = _WATCH_EVERY
+                    if self._compactor.urgent():
+                        self._scheduler.run_soon()
+                elif compacting:
+                    watch = _IDLE_WATCH_EVERY
             except ClosedError:
                 return
             except lmdb.Error as e:
@@ -395,7 +406,11 @@ class Store:
         self._sync_journal_to(self._journal.position)
         with self._lock:
             self._check_open()
-            self._commit_index()
+            # Nothing journaled since the last commit: nothing to commit either
+            # (an index change the journal does not record commits itself), so
+            # an idle store does not rewrite its index every sync_interval.
+            if self._journal.position != self._committed_position:
+                self._commit_index()
 
     @contextlib.contextmanager
     def _commits_held(self) -> Iterator[None]:
@@ -421,8 +436,10 @@ class Store:
         self._catalog.flush_counts()
         env.put_u64(keys.META_NEXT_ID, self._next_id)
         env.put_u64(keys.META_NEXT_FILE, self._next_file_id)
-        env.put_meta(keys.META_CHECKPOINT, keys.CHECKPOINT.pack(*self._journal.position))
+        position = self._journal.position
+        env.put_meta(keys.META_CHECKPOINT, keys.CHECKPOINT.pack(*position))
         env.commit()
+        self._committed_position = position
 
     # -- writing -------------------------------------------------------------------
 

@@ -241,6 +241,34 @@ def test_missing_index_is_rebuilt(store_path: Path) -> None:
         assert store.verify() == []
 
 
+@pytest.mark.parametrize("terminal", [False, True])
+def test_rebuild_progress_bar_only_on_a_terminal(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch, terminal: bool
+) -> None:
+    # The bar appears after a second; shown at once here, so the short rebuild
+    # would draw it. A service's stderr (here pytest's capture) is no terminal.
+    import sys
+
+    from msgcask.store import recovery
+
+    shown = []
+
+    class Bar(recovery.tqdm):  # type: ignore[misc,name-defined]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            kwargs["delay"] = 0
+            super().__init__(*args, **kwargs)
+            shown.append(not self.disable)
+
+    monkeypatch.setattr(recovery, "tqdm", Bar)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
+    make_store(store_path)
+    shutil.rmtree(store_path / "index")
+    shown.clear()
+    with open_store(store_path) as store:
+        assert store.recovery.mode == "rebuild"
+    assert shown == [terminal]
+
+
 def test_index_from_another_boot_after_unclean_close_is_rebuilt(store_path: Path) -> None:
     expected = make_store(store_path)
     # A power cut may have lost index pages: a different boot + not clean = distrust it.

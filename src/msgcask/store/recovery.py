@@ -338,6 +338,7 @@ class Recovery:
             unit_scale=True,
             delay=1.0,
             leave=False,
+            disable=None,  # not on a non-terminal stderr: no bar in a service's logs
             desc="msgcask: rebuilding index",
         ) as bar:
             # Two passes: copies made by compaction can sit in files newer than the
