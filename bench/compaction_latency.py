@@ -1,7 +1,12 @@
 """Put latency while compaction runs, against the same load without it.
 
-Run: ``.venv/bin/python bench/compaction_latency.py [repeats] [--one-cpu]``
-(``--one-cpu``: every thread on one CPU, ``msgcask.confine_to_one_cpu``). Not a test: it
+Run: ``.venv/bin/python bench/compaction_latency.py [repeats] [--one-cpu]
+[--switch-interval SECONDS]`` (``--one-cpu``: every thread on one CPU,
+``msgcask.confine_to_one_cpu``; ``--switch-interval``: the interpreter's
+``sys.setswitchinterval``, how long a thread may keep the interpreter lock while
+another waits for it, 0.005 by default; ``--lock-holds``: in the backlog
+runs, also time every hold of the store's lock by the compacting thread and
+print them by the line that took the lock). Not a test: it
 prints p50 / p99 / max of single 1 KiB puts from a steady prober, and the ratio
 of the p99s, in two situations:
 
@@ -20,11 +25,12 @@ of the p99s, in two situations:
 from __future__ import annotations
 
 import sys
-import tempfile
 import threading
 import time
+from typing import Any
 
 import msgcask
+from scratch import scratch_dir
 
 STEADY_SECONDS = 8.0
 Measured = tuple[int, float, float, float]  # puts, p50, p99, max (ms)
@@ -70,7 +76,7 @@ def churn(store: msgcask.Store, stop: threading.Event) -> None:
 
 def steady_run(compaction: bool) -> tuple[Measured, int]:
     interval = 0.2 if compaction else None
-    with msgcask.open(tempfile.mkdtemp(), max_file_size=2**20, compaction_interval=interval) as s:
+    with msgcask.open(scratch_dir(), max_file_size=2**20, compaction_interval=interval) as s:
         stop = after(STEADY_SECONDS)
         worker = threading.Thread(target=churn, args=(s, stop))
         worker.start()
@@ -85,29 +91,84 @@ def compact_until_done(store: msgcask.Store, done: threading.Event, rewritten: l
     done.set()
 
 
-def backlog_run() -> tuple[Measured, Measured, int, float]:
-    """Quiet and busy measurements, files rewritten, and the seconds the
-    passes took to clear the backlog."""
-    with msgcask.open(tempfile.mkdtemp(), max_file_size=2**20, compaction_interval=None) as s:
+class TimedLock:
+    """The store's lock, timing the outermost holds taken by one thread, by the
+    line that took it (the lock is reentrant: nested holds are part of the outer)."""
+
+    def __init__(self, inner: Any, thread_name: str) -> None:
+        self.inner = inner
+        self.thread_name = thread_name
+        self.holds: dict[str, list[float]] = {}
+        self._local = threading.local()
+
+    def __enter__(self) -> TimedLock:
+        self.inner.acquire()
+        depth = getattr(self._local, "depth", 0)
+        self._local.depth = depth + 1
+        if depth == 0:
+            caller = sys._getframe(1)
+            name = caller.f_code.co_filename.rsplit("/", 1)[-1]
+            self._local.site = f"{name}:{caller.f_lineno}"
+            self._local.started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._local.depth -= 1
+        if self._local.depth == 0 and threading.current_thread().name == self.thread_name:
+            held = time.perf_counter() - self._local.started
+            self.holds.setdefault(self._local.site, []).append(held)
+        self.inner.release()
+
+    def acquire(self, *args: Any, **kwargs: Any) -> bool:
+        return bool(self.inner.acquire(*args, **kwargs))
+
+    def release(self) -> None:
+        self.inner.release()
+
+    def report(self) -> str:
+        everything = sorted(x for holds in self.holds.values() for x in holds)
+        lines = [f"  lock holds by the passes: {len(everything)}, {sum(everything) * 1e3:.1f} ms"]
+        by_total = sorted(self.holds.items(), key=lambda item: -sum(item[1]))
+        for site, holds in by_total[:8]:
+            holds.sort()
+            lines.append(
+                f"    {site:24} {len(holds):5} holds, {sum(holds) * 1e3:6.1f} ms, "
+                f"p50 {holds[len(holds) // 2] * 1e3:.3f} p90 {holds[int(len(holds) * 0.9)] * 1e3:.3f} "
+                f"max {holds[-1] * 1e3:.3f} ms"
+            )
+        return "\n".join(lines)
+
+
+def backlog_run(lock_holds: bool) -> tuple[Measured, Measured, int, float, str]:
+    """Quiet and busy measurements, files rewritten, the seconds the passes
+    took to clear the backlog, and (with ``lock_holds``) the passes' lock holds."""
+    with msgcask.open(scratch_dir(), max_file_size=2**20, compaction_interval=None) as s:
         make_sparse(s.queue("load"), 80)
         probe = s.queue("probe")
         quiet = measure(probe, after(1.0))
         done = threading.Event()
         rewritten = [0]
-        worker = threading.Thread(target=compact_until_done, args=(s, done, rewritten))
+        worker = threading.Thread(
+            target=compact_until_done, args=(s, done, rewritten), name="passes"
+        )
+        timed = TimedLock(s._lock, worker.name) if lock_holds else None
+        if timed is not None:
+            s._lock = timed  # type: ignore[assignment]
         started = time.perf_counter()
         worker.start()
         busy = measure(probe, done)
         worker.join()
         seconds = time.perf_counter() - started
-    return quiet, busy, rewritten[0], seconds
+        if timed is not None:
+            s._lock = timed.inner
+    return quiet, busy, rewritten[0], seconds, timed.report() if timed else ""
 
 
 def line(name: str, m: Measured) -> str:
     return f"{name}: {m[0]} puts p50 {m[1]:.3f} p99 {m[2]:.3f} max {m[3]:.1f} ms"
 
 
-def main(repeats: int) -> None:
+def main(repeats: int, lock_holds: bool) -> None:
     for _ in range(repeats):
         off, _ = steady_run(compaction=False)
         on, rewritten = steady_run(compaction=True)
@@ -116,16 +177,26 @@ def main(repeats: int) -> None:
             f"files rewritten {rewritten} | p99 ratio {on[2] / off[2]:.2f}"
         )
     for _ in range(repeats):
-        quiet, busy, rewritten, seconds = backlog_run()
+        quiet, busy, rewritten, seconds, holds = backlog_run(lock_holds)
         print(
             f"backlog | {line('quiet', quiet)} | {line('during passes', busy)} | "
             f"files rewritten {rewritten} in {seconds:.2f} s | p99 ratio {busy[2] / quiet[2]:.2f}"
         )
+        if holds:
+            print(holds)
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if "--switch-interval" in args:
+        at = args.index("--switch-interval")
+        sys.setswitchinterval(float(args[at + 1]))
+        del args[at : at + 2]
+        print(f"switch interval {sys.getswitchinterval()} s")
     if "--one-cpu" in args:
         args.remove("--one-cpu")
         print(f"every thread runs on CPU {msgcask.confine_to_one_cpu()}")
-    main(int(args[0]) if args else 3)
+    lock_holds = "--lock-holds" in args
+    if lock_holds:
+        args.remove("--lock-holds")
+    main(int(args[0]) if args else 3, lock_holds)

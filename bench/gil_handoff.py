@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 
 import lmdb
+
+from scratch import scratch_dir
 
 KEYS = [i.to_bytes(8, "big") for i in range(4096)]
 VALUE = b"v" * 40
@@ -41,7 +42,7 @@ def busy(stop: threading.Event) -> None:
 
 
 def worker(stop: threading.Event) -> None:
-    fd = os.open(tempfile.mktemp(), os.O_CREAT | os.O_RDWR)
+    fd = os.open(os.path.join(scratch_dir(), "block"), os.O_CREAT | os.O_RDWR)
     try:
         while not stop.is_set():
             sum(range(200))  # about 20 us of Python
@@ -59,14 +60,14 @@ def timed(call: Callable[[int], object], calls: int) -> float:
 
 
 def main(calls: int) -> None:
-    env = lmdb.open(tempfile.mkdtemp(), map_size=1 << 30)
+    env = lmdb.open(scratch_dir(), map_size=1 << 30)
     with env.begin(write=True) as txn:
         for k in KEYS:
             txn.put(k, VALUE)
     txn = env.begin(write=True)
     cursor = txn.cursor()
     cursor.first()
-    fd = os.open(tempfile.mktemp(), os.O_CREAT | os.O_RDWR)
+    fd = os.open(os.path.join(scratch_dir(), "block"), os.O_CREAT | os.O_RDWR)
     os.pwrite(fd, BLOCK * 64, 0)
 
     def cursor_next(i: int) -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import statistics
 import sys
-import tempfile
 import time
 
 import msgcask
+from scratch import scratch_dir
 
 BODY = b"h" * 1024
 BATCH = 50_000
@@ -43,8 +43,8 @@ def timed_round(queue: msgcask.Queue) -> tuple[float, float]:
 def main(fill: int, rounds: int) -> None:
     options = {"max_file_size": 2**20, "compaction_interval": None}
     with (
-        msgcask.open(tempfile.mkdtemp(), **options) as fresh,
-        msgcask.open(tempfile.mkdtemp(), **options) as history,
+        msgcask.open(scratch_dir(), **options) as fresh,
+        msgcask.open(scratch_dir(), **options) as history,
     ):
         started = time.perf_counter()
         for _ in range(3):

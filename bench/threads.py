@@ -26,7 +26,6 @@ from __future__ import annotations
 import multiprocessing
 import resource
 import sys
-import tempfile
 import threading
 import time
 
@@ -36,6 +35,7 @@ from msgcask.workloads.definitions import POLL
 from msgcask.workloads.factory import MSGCASK, make_subject
 from msgcask.workloads.subjects import peer_unavailable
 from msgcask.workloads.subjects.base import Subject
+from scratch import scratch_dir
 
 BODY = b"t" * 1024
 
@@ -44,7 +44,7 @@ Figures = tuple[float, float, float, float, float]
 
 
 def make(name: str) -> Subject:
-    subject = make_subject(name, tempfile.mkdtemp(), RunConfig())
+    subject = make_subject(name, scratch_dir(), RunConfig())
     subject.open()
     return subject
 
