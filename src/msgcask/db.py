@@ -46,7 +46,7 @@ from msgcask.index.catalog import Catalog
 from msgcask.index.env import IndexEnv, boot_id, remove_index
 from msgcask.index.keys import STATE_ACKED, Live
 from msgcask.message import Message
-from msgcask.options import Options
+from msgcask.options import Options, check_threshold
 from msgcask.stats import CompactionReport, FileStats, KeptReport, StoreStats
 from msgcask.store import codec
 from msgcask.store import format as fmt
@@ -199,7 +199,11 @@ class Store:
             self._lock_file.release()
             raise
         self._closed = False
-        self._start_background()
+        try:
+            self._start_background()
+        except BaseException:
+            self.close()  # stops what did start, and releases the lock
+            raise
 
     # -- opening and closing -------------------------------------------------------
 
@@ -295,12 +299,13 @@ class Store:
         return file_id
 
     def _start_background(self) -> None:
-        self._stop = threading.Event()
-        self._flusher = threading.Thread(target=self._flush_loop, name="msgcask-flush", daemon=True)
-        self._flusher.start()
         from msgcask.compactor.scheduler import CompactionScheduler
 
+        # Everything ``close`` stops exists before anything starts.
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, name="msgcask-flush", daemon=True)
         self._scheduler = CompactionScheduler(self)
+        self._flusher.start()
         self._scheduler.start()
 
     def close(self) -> None:
@@ -313,8 +318,11 @@ class Store:
             return
         self._scheduler.shutdown()
         self._stop.set()
-        self._flusher.join()
-        with self._lock:
+        if self._flusher.is_alive():
+            self._flusher.join()
+        # A pass started by compact() or by space pressure in another thread
+        # ends first: its files and index entries go away below.
+        with self._compactor.pass_lock(), self._lock:
             if self._closed:
                 return
             try:
@@ -533,10 +541,25 @@ class Store:
         """
         validate.queue_name(name)
         max_deliveries = validate.optional_positive_int("max_deliveries", max_deliveries)
+        if max_deliveries is not None and max_deliveries > fmt.MAX_DELIVERIES_COUNTED:
+            raise ValueError(
+                f"max_deliveries must be at most {fmt.MAX_DELIVERIES_COUNTED} (the delivery "
+                f"count is stored in 16 bits), got {max_deliveries}; or None for no limit"
+            )
         if dead_letter_queue is not None:
             validate.queue_name(dead_letter_queue)
             if dead_letter_queue == name:
                 raise ValueError("a queue cannot be its own dead-letter queue")
+        elif max_deliveries is not None:
+            # The default name must itself be a valid name, or dead letters
+            # would land in a queue no call can open.
+            try:
+                validate.queue_name(f"DLQ.{name}")
+            except ValueError as e:
+                raise ValueError(
+                    f"the default dead-letter queue of {name!r}, DLQ.<name>, is not a valid "
+                    f"queue name ({e}); pass dead_letter_queue= with a shorter name"
+                ) from None
         with self._lock:
             self._check_open()
             rt = self._runtime(name)
@@ -905,7 +928,26 @@ class Store:
         headers = dict(put.headers)
         headers["x-dead-letter-from"] = rt.name
         headers["x-original-id"] = str(msg_id)
-        self._write_batch([_PendingPut(dlq, put.body, headers, put.priority)], [msg_id])
+        try:
+            self._write_batch([_PendingPut(dlq, put.body, headers, put.priority)], [msg_id])
+            return
+        except MessageTooLargeError:
+            # A message put near the size limit: keeping it matters more than
+            # the two headers that say where it came from.
+            log.warning(
+                "msgcask: message %d dead-lettered into %r without x-dead-letter-from and "
+                "x-original-id: with them it would not fit in a data file",
+                msg_id,
+                dlq,
+            )
+        try:
+            self._write_batch([_PendingPut(dlq, put.body, put.headers, put.priority)], [msg_id])
+        except MessageTooLargeError as e:
+            raise MessageTooLargeError(
+                f"message {msg_id} is due for dead-lettering into {dlq!r}, but its copy there "
+                f"does not fit in a data file ({e}). It stays delivered and unacked: ack it "
+                "to drop it, or reopen the store with a larger max_file_size and nack it again"
+            ) from None
 
     def _browse(self, name: str) -> Iterator[Message]:
         """Yield the queue's messages in delivery order, a chunk at a time."""
@@ -1016,7 +1058,7 @@ class Store:
         with any dead bytes). Files holding nothing needed are always deleted.
         """
         if threshold is not None:
-            Options(compaction_threshold=threshold)  # validates, raising TypeError/ValueError
+            check_threshold("threshold", threshold)
         self._check_open()
         return self._compactor.run(threshold=threshold)
 

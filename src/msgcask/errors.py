@@ -39,11 +39,12 @@ class StoreLockedError(Error):
 
 
 class StoreFullError(Error):
-    """Raised by a put when the live data itself would exceed ``max_store_size``.
+    """Raised by a put when the data files would exceed ``max_store_size``.
 
-    Dead data never causes it: the store reclaims space before giving up. The
-    message says how many bytes are live. Fix: consume messages, or raise
-    ``max_store_size``.
+    The store first reclaims what compaction can: dead data does not cause it
+    as long as there is room left to copy the live messages sharing a file with
+    it (docs/tuning.md, ``max_store_size``). The message says how many bytes are
+    live. Fix: consume messages, or raise ``max_store_size``.
     """
 
 

@@ -7,6 +7,11 @@ from dataclasses import dataclass
 
 SYNC_MODES = ("always", "periodic", "never")
 MIN_FILE_SIZE = 64 * 1024
+MAX_FILE_SIZE_LIMIT = 2**31
+# Longest intervals: beyond them a background wait or the schedule's next run
+# date no longer fits the platform's timers (and no store needs more).
+MAX_SYNC_INTERVAL = 3600.0
+MAX_COMPACTION_INTERVAL = 365 * 86400.0
 
 
 def _check_number(name: str, value: object, *, allow_none: bool = False) -> None:
@@ -16,6 +21,17 @@ def _check_number(name: str, value: object, *, allow_none: bool = False) -> None
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value!r}")
+
+
+def check_threshold(name: str, value: object) -> None:
+    """A compaction threshold: a live fraction in (0, 1]."""
+    _check_number(name, value)
+    assert isinstance(value, (int, float))
+    if not 0 < value <= 1:
+        raise ValueError(
+            f"{name} must be in (0, 1] (the live fraction below which a file is "
+            f"rewritten), got {value}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +55,7 @@ class Options:
             raise ValueError(
                 f"max_file_size must be at least {MIN_FILE_SIZE} bytes, got {self.max_file_size}"
             )
-        if self.max_file_size > 2**31:
+        if self.max_file_size > MAX_FILE_SIZE_LIMIT:
             raise ValueError(f"max_file_size must be at most 2 GiB, got {self.max_file_size}")
         if self.compaction_budget <= 0:
             raise ValueError("compaction_budget must be positive (bytes copied per pass)")
@@ -48,18 +64,19 @@ class Options:
         if self.sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {SYNC_MODES}, got {self.sync!r}")
         _check_number("sync_interval", self.sync_interval)
-        if self.sync_interval <= 0:
-            raise ValueError(f"sync_interval must be > 0 seconds, got {self.sync_interval}")
-        _check_number("compaction_threshold", self.compaction_threshold)
-        if not 0 < self.compaction_threshold <= 1:
+        if not 0 < self.sync_interval <= MAX_SYNC_INTERVAL:
             raise ValueError(
-                "compaction_threshold must be in (0, 1] (the live fraction below which a "
-                f"file is rewritten), got {self.compaction_threshold}"
+                f"sync_interval must be > 0 and at most {MAX_SYNC_INTERVAL:g} seconds, "
+                f"got {self.sync_interval}"
             )
+        check_threshold("compaction_threshold", self.compaction_threshold)
         _check_number("compaction_interval", self.compaction_interval, allow_none=True)
-        if self.compaction_interval is not None and self.compaction_interval <= 0:
+        if self.compaction_interval is not None and not (
+            0 < self.compaction_interval <= MAX_COMPACTION_INTERVAL
+        ):
             raise ValueError(
-                "compaction_interval must be > 0 seconds, or None to turn the schedule off"
+                f"compaction_interval must be > 0 and at most {MAX_COMPACTION_INTERVAL:g} "
+                f"seconds (a year), or None to turn the schedule off; got {self.compaction_interval}"
             )
         if self.max_store_size is not None:
             if isinstance(self.max_store_size, bool) or not isinstance(self.max_store_size, int):

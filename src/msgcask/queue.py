@@ -103,7 +103,10 @@ class Queue:
 
     def nack(self, message: Message | int) -> None:
         """Give a delivered message back to the queue, or to the dead-letter queue
-        once it has been delivered ``max_deliveries`` times."""
+        once it has been delivered ``max_deliveries`` times. The dead-letter copy
+        carries ``x-dead-letter-from`` and ``x-original-id`` headers, unless they
+        would not fit in a data file (logged); MessageTooLargeError if even the
+        copy without them does not fit, and the message stays delivered."""
         try:
             self._store._nack(self.name, message)
         except lmdb.Error as e:

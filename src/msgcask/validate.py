@@ -3,6 +3,8 @@ with a message that says what to pass instead, before anything is changed."""
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Mapping
 
 from msgcask.store import format as fmt
@@ -77,6 +79,10 @@ def timeout(value: object) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"timeout must be a number of seconds or None, got {type(value).__name__}")
+    if math.isnan(value):
+        raise ValueError("timeout must be a number of seconds, got nan")
     if value < 0:
         raise ValueError(f"timeout must be >= 0 seconds, got {value}")
+    if value > threading.TIMEOUT_MAX:  # longer than any wait can be: wait for good
+        return None
     return float(value)

@@ -8,6 +8,7 @@ that raises *after* writing something is caught as well as one that does not rai
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,10 @@ BAD_VALUE_CALLS: dict[str, BadCall] = {
         "new", max_deliveries=2, dead_letter_queue=""
     ),
     "get_negative_timeout": lambda s, q: q.get(timeout=-1),
+    "get_nan_timeout": lambda s, q: q.get(timeout=float("nan")),
+    "max_deliveries_past_the_counter": lambda s, q: s.queue("new", max_deliveries=65536),
+    "default_dead_letter_name_too_long": lambda s, q: s.queue("n" * 252, max_deliveries=1),
+    "compact_threshold_zero": lambda s, q: s.compact(threshold=0),
     "put_many_priority": lambda s, q: q.put_many([b"a", b"b"], priority=11),
     "tx_put_priority": lambda s, q: _in_tx(s, lambda tx: tx.put("orders", b"x", priority=10)),
     "tx_put_name_nul": lambda s, q: _in_tx(s, lambda tx: tx.put("a\0", b"x")),
@@ -246,6 +251,9 @@ BAD_OPTIONS: dict[str, tuple[dict[str, Any], type[Exception]]] = {
     "max_file_size_str": ({"max_file_size": "32MB"}, TypeError),
     "compaction_interval_negative": ({"compaction_interval": -1}, ValueError),
     "max_store_size_negative": ({"max_store_size": -1}, ValueError),
+    # Past what the platform's timers can wait: refused, not a dead background thread.
+    "sync_interval_past_an_hour": ({"sync_interval": 1e300}, ValueError),
+    "compaction_interval_past_a_year": ({"compaction_interval": 1e12}, ValueError),
 }
 
 
@@ -271,6 +279,134 @@ def test_bad_option_on_existing_store_leaves_it_usable(
     # The refused open must not leave the lock held or the files changed.
     with msgcask.open(store_path, compaction_interval=None) as store:
         assert snapshot(store, store_path) == before
+
+
+def test_open_that_fails_starting_background_work_releases_the_store(
+    store_path: Path, snapshot: Snapshot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from msgcask.compactor.scheduler import CompactionScheduler
+
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        store.queue("q").put(b"kept")
+        before = snapshot(store, store_path)
+    flushers = {t for t in threading.enumerate() if t.name == "msgcask-flush"}
+
+    def refuse(self: CompactionScheduler) -> None:
+        raise RuntimeError("cannot start the schedule")
+
+    monkeypatch.setattr(CompactionScheduler, "start", refuse)
+    with pytest.raises(RuntimeError, match="cannot start the schedule"):
+        msgcask.open(store_path)
+    assert {t for t in threading.enumerate() if t.name == "msgcask-flush"} == flushers
+    monkeypatch.undo()
+    with msgcask.open(store_path, compaction_interval=None) as store:  # not left locked
+        assert snapshot(store, store_path) == before
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), 1e300, 1e10])
+def test_timeouts_longer_than_any_wait_wait_until_a_message_comes(
+    store: msgcask.Store, timeout: float
+) -> None:
+    q = store.queue("q")
+    threading.Timer(0.2, lambda: q.put(b"late")).start()
+    assert q.get(timeout=timeout).body == b"late"
+
+
+def test_default_dead_letter_queue_of_the_longest_allowed_name_is_reachable(
+    store: msgcask.Store,
+) -> None:
+    name = "n" * 251  # DLQ.<name> is then 255 bytes, the limit
+    q = store.queue(name, max_deliveries=1)
+    q.put(b"poison")
+    q.nack(q.get(block=False))
+    assert store.queue(f"DLQ.{name}").get(block=False).body == b"poison"
+
+
+class TestDeadLetteringNearTheSizeLimit:
+    """A message put close to max_file_size: its dead-letter copy is larger (a
+    longer queue name, two more headers, the batch with the original's ACK)."""
+
+    LIMIT = SMALL_FILE - HEADER_SIZE  # the largest record a data file holds
+
+    def _open(self, path: Path) -> msgcask.Store:
+        return msgcask.open(path, max_file_size=SMALL_FILE, compaction_interval=None)
+
+    def test_copy_that_fits_only_without_the_origin_headers_goes_without_them(
+        self, store_path: Path
+    ) -> None:
+        from msgcask.store import codec
+
+        batch_overhead = 2 * 32  # the BATCH header and the ACK, as _write_batch counts them
+        size = (
+            self.LIMIT
+            - batch_overhead
+            - codec.put_record_size(b"DLQ.q", codec.encode_headers({}), 0)
+        )
+        body = b"b" * size
+        with self._open(store_path) as store:
+            q = store.queue("q", max_deliveries=1)
+            q.put(body, headers={})
+            q.nack(q.get(block=False))
+            assert len(q) == 0
+        with self._open(store_path) as store:
+            m = store.queue("DLQ.q").get(block=False)
+            assert bytes(m.body) == body
+            assert "x-dead-letter-from" not in (m.headers or {})
+
+    def test_copy_that_cannot_fit_is_refused_and_the_message_stays_delivered(
+        self, store_path: Path, snapshot: Snapshot
+    ) -> None:
+        from msgcask.store import codec
+
+        size = self.LIMIT - codec.put_record_size(b"q", codec.encode_headers({}), 0)
+        with self._open(store_path) as store:
+            q = store.queue("q", max_deliveries=1)
+            q.put(b"b" * size)
+            m = q.get(block=False)
+            before = snapshot(store, store_path)
+            with pytest.raises(msgcask.MessageTooLargeError, match="stays delivered"):
+                q.nack(m)
+            assert snapshot(store, store_path) == before
+            q.ack(m)  # still delivered, so the consumer can drop it
+            assert len(q) == 0
+
+
+def _compact_until_closed(
+    store: msgcask.Store, started: threading.Event, errors: list[BaseException]
+) -> None:
+    try:
+        while True:
+            started.set()
+            store.compact(threshold=1.0)
+    except msgcask.ClosedError:
+        pass
+    except BaseException as e:
+        errors.append(e)
+
+
+def test_close_waits_for_a_compaction_pass_running_in_another_thread(store_path: Path) -> None:
+    # A pass running in another thread when close() is called finishes first;
+    # compact() after close() raises ClosedError, never an error from files
+    # closed under the pass.
+    for _ in range(5):
+        store = msgcask.open(store_path, max_file_size=SMALL_FILE, compaction_interval=None)
+        q = store.queue("q")
+        for i in range(600):
+            q.put(b"p" * 1000, headers={"pin": "1"} if i % 25 == 0 else {})
+        for _ in range(600 - 24):
+            q.ack(q.get(block=False, selector=lambda h: "pin" not in h))
+        errors: list[BaseException] = []
+        started = threading.Event()
+        worker = threading.Thread(target=_compact_until_closed, args=(store, started, errors))
+        worker.start()
+        started.wait()
+        store.close()
+        worker.join()
+        assert errors == []
+        with msgcask.open(store_path, max_file_size=SMALL_FILE, compaction_interval=None) as again:
+            assert again.verify() == []
+            assert len(again.queue("q")) == 24
+            again.queue("q").purge()
 
 
 def test_threshold_of_one_is_accepted(store_path: Path) -> None:

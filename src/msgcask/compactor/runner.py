@@ -101,10 +101,16 @@ class Compactor:
         ``background`` for a scheduled one, which reads fewer victims."""
         read_files = _BACKGROUND_READ_BUDGET_FILES if background else _READ_BUDGET_FILES
         with self._mutex:
+            self._store._check_open()  # close() may have run while this waited
             idle = self._idle_since_last_run()
             report = self._pass(threshold, budget, idle=idle, read_files=read_files)
             self._store._shrink_index_if_sparse(idle=idle)
             return report
+
+    def pass_lock(self) -> threading.Lock:
+        """The lock a pass holds from start to end: holding it waits for a
+        running pass and keeps new ones from starting."""
+        return self._mutex
 
     def _idle_since_last_run(self) -> bool:
         """Whether nothing was appended to the journal since the last run began:
@@ -296,6 +302,7 @@ class Compactor:
         pass first: the files it is deleting are about to be free."""
         store = self._store
         with self._mutex:
+            store._check_open()  # close() may have run while this waited
             for _ in range(3):
                 if store._data_bytes + needed <= limit:
                     return
