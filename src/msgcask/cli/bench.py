@@ -308,17 +308,20 @@ def demo(
     from msgcask.workloads.subjects import parse_peers
 
     _quiet_scheduler_log()
+    try:
+        cfg = RunConfig(
+            workload="dlq-heavy",
+            messages=messages,
+            size=size,
+            max_file_size=max_file_size,
+            compaction="both",
+            peers=parse_peers(peers),
+            crash_messages=min(messages, 20_000),
+            progress=not no_progress,
+        )
+    except ValueError as e:
+        raise click.UsageError(str(e)) from e
     out = out_dir or tempfile.mkdtemp(prefix="msgcask-demo-")
-    cfg = RunConfig(
-        workload="dlq-heavy",
-        messages=messages,
-        size=size,
-        max_file_size=max_file_size,
-        compaction="both",
-        peers=parse_peers(peers),
-        crash_messages=min(messages, 20_000),
-        progress=not no_progress,
-    )
     click.echo(
         f"msgcask demo: dlq-heavy, {messages} messages of {size} B, 1 in "
         f"{cfg.pin_period} dead-lettered, {max_file_size // 1024} KiB data files; "

@@ -8,6 +8,7 @@ it closed elsewhere (the lock says who holds it).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -16,7 +17,7 @@ import click
 import msgcask
 from msgcask.check import scan_files
 from msgcask.cli.bench import bench, demo
-from msgcask.options import MIN_FILE_SIZE
+from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE
 from msgcask.store.filenames import LOCK_FILE, parse_data_file_name
 from msgcask.store.lockfile import lock_holder
 
@@ -38,7 +39,18 @@ def _guess_file_size(path: str) -> int:
     return size
 
 
+def _require_store(path: str) -> None:
+    """These commands inspect stores; they never create one (a mistyped path
+    would otherwise become a new, empty store)."""
+    if not any(parse_data_file_name(name) for name in os.listdir(path)):
+        raise click.ClickException(
+            f"{path} holds no msgcask data files: not a store. Give the directory of an "
+            "existing store (msgcask.open creates stores; this command does not)."
+        )
+
+
 def _open(path: str, max_file_size: int | None = None) -> msgcask.Store:
+    _require_store(path)
     try:
         return msgcask.open(
             path,
@@ -51,7 +63,7 @@ def _open(path: str, max_file_size: int | None = None) -> msgcask.Store:
 
 MAX_FILE_SIZE = click.option(
     "--max-file-size",
-    type=click.IntRange(min=MIN_FILE_SIZE),
+    type=click.IntRange(min=MIN_FILE_SIZE, max=MAX_FILE_SIZE_LIMIT),
     default=None,
     help="The store's max_file_size in bytes (default: guessed from its largest file).",
 )
@@ -68,6 +80,7 @@ MAX_FILE_SIZE = click.option(
 @MAX_FILE_SIZE
 def check(path: str, index: bool, max_file_size: int | None) -> None:
     """Scan every data file for damage; exit 1 if any problem is found."""
+    _require_store(path)
     holder = lock_holder(f"{path}/{LOCK_FILE}")  # before the scan: it may be mid-append
     report = scan_files(path)
     notes: list[str] = []
@@ -140,13 +153,15 @@ def why_kept(path: str, file_id: int, max_file_size: int | None) -> None:
 @click.argument("path", type=click.Path(exists=True, file_okay=False))
 @click.option(
     "--threshold",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=click.FloatRange(0, 1, min_open=True),  # lets NaN through: checked below
     default=None,
     help="Rewrite files whose live fraction is below this (default: the store's).",
 )
 @MAX_FILE_SIZE
 def compact(path: str, threshold: float | None, max_file_size: int | None) -> None:
     """Run one compaction pass and report it."""
+    if threshold is not None and math.isnan(threshold):
+        raise click.BadParameter("must be a number in (0, 1], not nan", param_hint="--threshold")
     with _open(path, max_file_size) as store:
         before = store.stats().data_bytes
         report = store.compact(threshold=threshold)

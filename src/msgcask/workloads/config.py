@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgcask.options import Options
+
 WORKLOAD_NAMES = (
     "steady",
     "dlq-heavy",
@@ -89,6 +91,14 @@ class RunConfig:
             raise ValueError("interval must be positive")
         if self.time_limit is not None and self.time_limit <= 0:
             raise ValueError("time_limit must be positive (seconds) or None")
+        # The store's own checks, before any run starts rather than in the middle.
+        Options(
+            max_file_size=self.max_file_size,
+            sync=self.sync,
+            compaction_threshold=self.threshold,
+            compaction_interval=self.compaction_interval,
+            max_store_size=self.store_size_limit,
+        )
 
     @property
     def pin_period(self) -> int:
