@@ -311,6 +311,8 @@ class Store:
     def close(self) -> None:
         """Stop background work, sync, commit the index and release the lock.
 
+        A compaction pass running in another thread (``compact()``, or a put
+        making room) is let finish first; calls after close raise ClosedError.
         Messages delivered but not acked come back, redelivered, on the next
         open. Calling close twice is harmless.
         """
