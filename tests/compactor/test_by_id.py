@@ -25,7 +25,11 @@ BODY = b"r" * 1000
 
 
 def _open(path: Path) -> msgcask.Store:
-    return msgcask.open(path, max_file_size=MAX_FILE_SIZE, compaction_interval=None)
+    # No background flush during a test: it deletes files that drained within
+    # sync_interval, and the passes under test must find them still there.
+    return msgcask.open(
+        path, max_file_size=MAX_FILE_SIZE, compaction_interval=None, sync_interval=3600
+    )
 
 
 def _parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
