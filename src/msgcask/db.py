@@ -877,7 +877,10 @@ class Store:
         self._quarantined.add(msg_id)
         return None
 
-    def _resolve_delivered(self, rt: _QueueRuntime, target: object) -> int:
+    def _resolve_delivered(self, name: str, target: object) -> tuple[_QueueRuntime, int]:
+        """The queue and id of ``target``, a message delivered on queue ``name``
+        and not acked since. Looks the queue up without creating it: a refused
+        ack or nack must not bring back a queue deleted meanwhile."""
         if isinstance(target, Message):
             msg_id = target.id
         elif isinstance(target, int) and not isinstance(target, bool):
@@ -886,20 +889,20 @@ class Store:
             raise TypeError(
                 f"expected a Message or a message id (int), got {type(target).__name__}"
             )
-        if self._inflight.get(msg_id) is not rt:
+        rt = self._queues.get(name)
+        if rt is None or self._inflight.get(msg_id) is not rt:
             raise ValueError(
-                f"message {msg_id} is not delivered-and-unacked on queue {rt.name!r}; only "
+                f"message {msg_id} is not delivered-and-unacked on queue {name!r}; only "
                 "messages returned by get() on this queue can be acked or nacked, once"
             )
-        return msg_id
+        return rt, msg_id
 
     def _ack(self, name: str, target: object) -> None:
         self._pacer.calls += 1
         with self._lock:
             if self._closed:
                 self._check_open()
-            rt = self._queues.get(name) or self._runtime(name)
-            msg_id = self._resolve_delivered(rt, target)
+            _, msg_id = self._resolve_delivered(name, target)
             file_id, _ = self._append(codec.encode_ack(msg_id))
             self._catalog.ack(msg_id, file_id)
             del self._inflight[msg_id]
@@ -911,8 +914,7 @@ class Store:
         self._pacer.calls += 1
         with self._lock:
             self._check_open()
-            rt = self._runtime(name)
-            msg_id = self._resolve_delivered(rt, target)
+            rt, msg_id = self._resolve_delivered(name, target)
             entry = self._catalog.lookup(msg_id)
             assert isinstance(entry, Live)
             if rt.max_deliveries is None or entry.deliveries < rt.max_deliveries:

@@ -312,6 +312,20 @@ def test_timeouts_longer_than_any_wait_wait_until_a_message_comes(
     assert q.get(timeout=timeout).body == b"late"
 
 
+@pytest.mark.parametrize("call", ["ack", "nack"])
+def test_refused_ack_on_a_deleted_queue_does_not_bring_it_back(store_path: Path, call: str) -> None:
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        q = store.queue("gone")
+        q.put(b"m")
+        m = q.get(block=False)
+        store.delete_queue("gone")
+        with pytest.raises(ValueError, match="not delivered-and-unacked"):
+            getattr(q, call)(m)
+        assert "gone" not in store.queues()
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert "gone" not in store.queues()
+
+
 def test_default_dead_letter_queue_of_the_longest_allowed_name_is_reachable(
     store: msgcask.Store,
 ) -> None:
