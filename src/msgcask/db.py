@@ -393,14 +393,14 @@ class Store:
                 # files of a fast drain turn sparse faster than one sync_interval.
                 # Writing nothing cannot bring disk use nearer the bound, so an
                 # idle store only looks, less often, for writes starting again.
-                written = self._journal.bytes_written
-                if compacting and written != watched:
-                    watched = written
-                    watch = _WATCH_EVERY
-                    if self._compactor.urgent():
-                        self._scheduler.run_soon()
-                elif compacting:
-                    watch = _IDLE_WATCH_EVERY
+                if compacting:
+                    written = self._journal.bytes_written
+                    if written == watched:
+                        watch = _IDLE_WATCH_EVERY
+                    else:
+                        watched, watch = written, _WATCH_EVERY
+                        if self._compactor.urgent():
+                            self._scheduler.run_soon()
             except ClosedError:
                 return
             except lmdb.Error as e:
@@ -1103,7 +1103,7 @@ class Store:
                 known = sorted(f for f, a in self._acct.files.items() if not a.retired)
                 raise ValueError(f"no data file {file_id}; the store has files {known}")
             records = needed.parse(self._handles[file_id].read_all())
-            found = needed.classify(self._catalog, file_id, records)
+            found = needed.classify(self._catalog, file_id, records, self._acct.id_ranges())
             names = {qid: name for name, qid in self._catalog.queue_ids.items()}
             return KeptReport(
                 file_id,

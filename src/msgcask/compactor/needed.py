@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from msgcask.compactor.pacing import BATCH
+from msgcask.index.accounting import IdRanges
 from msgcask.index.catalog import Catalog
 from msgcask.index.keys import STATE_LIVE, Live
 from msgcask.store import codec
@@ -85,12 +86,17 @@ def find(store: Store, file_id: int, records: FileRecords) -> Needed:
     business."""
     whole = Needed(file_id)
     longest = max(len(records.puts), len(records.acks), len(records.delivers))
+    # Only a pass deletes files, and files added meanwhile hold newer ids: the
+    # journal files' id ranges stay valid for every batch.
+    ranges: IdRanges | None = None
     for start, end in store._pacer.spans(longest):
         batch = FileRecords(
             records.puts[start:end], records.acks[start:end], records.delivers[start:end]
         )
         with store._lock:
-            found = classify(store._catalog, file_id, batch)
+            if ranges is None:
+                ranges = store._acct.id_ranges()
+            found = classify(store._catalog, file_id, batch, ranges)
         whole.puts += found.puts
         whole.acks += found.acks
         whole.delivers += found.delivers
@@ -200,8 +206,9 @@ def find_any(store: Store, file_id: int) -> tuple[bytes, Needed, int]:
     return buf, find(store, file_id, records), records.damaged
 
 
-def classify(catalog: Catalog, file_id: int, records: FileRecords) -> Needed:
-    """Decide, from the index, which of a file's records are needed now.
+def classify(catalog: Catalog, file_id: int, records: FileRecords, ranges: IdRanges) -> Needed:
+    """Decide, from the index, which of a file's records are needed now
+    (``ranges``: the journal files' id ranges, ``Accounting.id_ranges``).
     Call with the store lock held."""
     needed = Needed(file_id)
     account = catalog.acct.peek(file_id)
@@ -220,7 +227,6 @@ def classify(catalog: Catalog, file_id: int, records: FileRecords) -> Needed:
     # No ACK or DELIVER record becomes needed after it is written, so a file
     # without needed marks has none among the records parsed earlier either.
     if account.needed_marks:
-        ranges = catalog.acct.id_ranges()
         for msg_id in records.acks:
             put_file = catalog.needed_ack(msg_id, file_id, ranges)
             if put_file is not None:
