@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 
 import msgcask
+from msgcask.store import codec
+from msgcask.store import format as fmt
 
 BIG_SCALE = 10.0
 DATA_FILE_RE = re.compile(r"^\d{10}\.log$")
@@ -159,6 +161,16 @@ def data_files(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if DATA_FILE_RE.match(p.name))
 
 
+def written_size(path: Path) -> int:
+    """Bytes of a data file up to its last record: an open store's write head
+    also holds a preallocated tail of zeros, which is not part of its data."""
+    data = path.read_bytes()
+    for item in codec.scan(data, min(len(data), fmt.FILE_HEADER_SIZE)):
+        if isinstance(item, codec.Damage) and item.unused:
+            return item.offset
+    return len(data)
+
+
 def unexpected_entries(path: Path) -> list[str]:
     """Names in a store directory other than data files, ``index/`` and ``LOCK``."""
     bad = []
@@ -198,7 +210,7 @@ def snapshot(store: msgcask.Store, path: Path | None = None) -> dict[str, Any]:
         "live_messages": store.stats().live_messages,
     }
     if path is not None:
-        state["files"] = {p.name: p.stat().st_size for p in data_files(path)}
+        state["files"] = {p.name: written_size(p) for p in data_files(path)}
     return state
 
 

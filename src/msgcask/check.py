@@ -33,7 +33,7 @@ class FileScan:
     file_id: int
     path: str
     kind: int = -1
-    size: int = 0
+    size: int = 0  # bytes up to the last record (a write head's zero tail is not counted)
     records: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     damage: list[codec.Damage] = field(default_factory=list)
     header_error: str = ""
@@ -120,7 +120,10 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
         scan.kind = header.kind
         for item in codec.scan(buf, fmt.FILE_HEADER_SIZE):
             if isinstance(item, codec.Damage):
-                scan.damage.append(item)
+                if item.unused:  # a live store's write head ends in zeros
+                    scan.size = item.offset
+                else:
+                    scan.damage.append(item)
                 continue
             scan.records[_NAMES.get(item.rtype, "other")] += 1
             if item.rtype == fmt.TYPE_PUT:

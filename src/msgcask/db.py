@@ -1,16 +1,27 @@
 """The Store: the facade that ties the journal, the index and the compactor together.
 
-Threading model: one re-entrant lock guards the journal head, the index's write
-transaction and the in-memory delivery state. Every public operation takes it
-for a few microseconds; fsyncs (group commit) and compaction copies happen
-outside it. ``get`` waits on a per-queue condition of that lock, so blocked
-consumers cost nothing while they wait.
+Threading model: two locks, always taken in this order.
+
+* The store's lock (``_lock``, re-entrant) guards the index's write
+  transaction, the per-file accounting and the delivery state. Every operation
+  but a plain put takes it for a few microseconds; a compaction pass takes it
+  once per batch. ``get`` waits on a per-queue condition of it, so blocked
+  consumers cost nothing while they wait.
+* The append lock (``_append_lock``, re-entrant) guards the journal, the next
+  message id, the data bytes count and ``_pending``: the puts in the journal
+  whose index entries are not written yet. A put into an existing queue that
+  fits in the write head takes only this lock (``_put_unlocked``), so it
+  never waits for a compaction batch or for a consumer; the store's lock
+  writes the pending entries each time it is taken (msgcask/catchup_lock.py),
+  and a roll-over writes them first, so they all point into the write head,
+  which compaction never touches.
 
 Write path, for every operation: encode the record(s), append them to the
 journal (the OS has them once ``append`` returns, so they survive a process
-crash), apply them to the index's open transaction, and, with
-``sync="always"``, wait for a group fsync before returning. The index is
-committed every ``sync_interval`` with the journal position it reflects.
+crash), apply them to the index's open transaction (a plain put: at the next
+taking of the store's lock), and, with ``sync="always"``, wait for a group
+fsync before returning. The index is committed every ``sync_interval`` with
+the journal position it reflects.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ from typing import Any, TypeVar, cast
 import lmdb
 
 from msgcask import validate
+from msgcask.catchup_lock import CatchUpLock
 from msgcask.compactor.pacing import Pacer
 from msgcask.compactor.policy import MARK_COST
 from msgcask.errors import (
@@ -73,6 +85,8 @@ Selector = Callable[[dict[str, str]], bool]
 # Foreground work between forced index commits: bounds the open transaction.
 _MAX_CHANGES_PER_COMMIT = 50_000
 _PURGE_CHUNK = 10_000
+_MAX_PENDING = 1024  # puts whose index entries wait for the store's lock, at most
+_MAP_CHUNK = 2**20  # bytes of the write head mapped (and preallocated) at a time
 _BACKGROUND_PASSES_WHILE_BEHIND = 16  # back-to-back passes of one background run, at most
 _WATCH_EVERY = 0.02  # seconds between two checks of whether disk use is near the space bound
 _IDLE_WATCH_EVERY = 0.2  # the same while nothing is written: idle, the check is skipped
@@ -223,7 +237,10 @@ class Store:
         self._handles: dict[int, DataFile] = files.handles
         self._corruptions: list[CorruptionReport] = list(recovery.report.corruptions)
         self._quarantined: set[int] = set()  # ids dropped for damage since open
-        self._lock = threading.RLock()
+        self._lock = CatchUpLock(self._apply_pending)
+        self._append_lock = threading.RLock()
+        # (id, queue, priority, file, offset, size) of puts not yet in the index.
+        self._pending: list[tuple[int, _QueueRuntime, int, int, int, int]] = []
         self._commit_hold = 0
         self._io_failure = ""  # set when an fsync failed: writes are refused
         self._index_broken = False  # an LMDB failure: the index is discarded at close
@@ -260,6 +277,13 @@ class Store:
             new_file_id=self._allocate_file_id,
             id_floor=lambda: self._next_id,
             on_new_file=self._register_journal_file,
+            # Preallocated space would count against max_store_size: a limited
+            # store's puts take the checked path and plain writes.
+            map_chunk=(
+                0
+                if self.options.max_store_size is not None
+                else min(_MAP_CHUNK, self.options.max_file_size)
+            ),
         )
         if recovery.report.unclean:
             # Make the skipped id block durable where a rebuild looks: the header
@@ -324,7 +348,7 @@ class Store:
             self._flusher.join()
         # A pass started by compact() or by space pressure in another thread
         # ends first: its files and index entries go away below.
-        with self._compactor.pass_lock(), self._lock:
+        with self._compactor.pass_lock(), self._lock, self._append_lock:
             if self._closed:
                 return
             try:
@@ -344,6 +368,8 @@ class Store:
                 self._env.close()
                 if self._index_broken:
                     remove_index(os.path.join(self.path, INDEX_DIR))
+                with contextlib.suppress(OSError):  # else the next open trims it
+                    self._journal.head.trim()
                 for handle in self._handles.values():
                     handle.close()
                 self._lock_file.release()
@@ -439,27 +465,58 @@ class Store:
         if self._commit_hold and not force:
             return
         env = self._env
-        self._acct.flush(
-            lambda k, v: env.txn.put(k, v, db=env.files),
-            lambda k: env.txn.delete(k, db=env.files),
-        )
-        self._catalog.flush_counts()
-        env.put_u64(keys.META_NEXT_ID, self._next_id)
-        env.put_u64(keys.META_NEXT_FILE, self._next_file_id)
-        position = self._journal.position
-        env.put_meta(keys.META_CHECKPOINT, keys.CHECKPOINT.pack(*position))
+        # Puts go on meanwhile; the checkpoint is where the index stops.
+        with self._append_lock:
+            self._apply_pending()
+            self._acct.flush(
+                lambda k, v: env.txn.put(k, v, db=env.files),
+                lambda k: env.txn.delete(k, db=env.files),
+            )
+            self._catalog.flush_counts()
+            env.put_u64(keys.META_NEXT_ID, self._next_id)
+            env.put_u64(keys.META_NEXT_FILE, self._next_file_id)
+            position = self._journal.position
+            env.put_meta(keys.META_CHECKPOINT, keys.CHECKPOINT.pack(*position))
         env.commit()
         self._committed_position = position
 
     # -- writing -------------------------------------------------------------------
 
+    def _apply_pending(self) -> None:
+        """Write the index entries of the puts that took only the append lock
+        (the caller holds the store's lock)."""
+        if not self._pending:
+            return
+        with self._append_lock:
+            pending, self._pending = self._pending, []
+            by_file: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
+            for msg_id, rt, priority, file_id, offset, size in pending:
+                by_file.setdefault(file_id, []).append((msg_id, rt.qid, priority, offset, size, 0))
+            for file_id, items in by_file.items():
+                self._catalog.add_many(file_id, items, fresh=True)
+            for msg_id, rt, priority, *_ in pending:
+                if rt.cursor is not None or rt.selector_cursors:
+                    rt.rewind(keys.order_key(rt.qid, priority, msg_id))
+
+    def _roll_over(self) -> None:
+        """Seal the write head (the caller holds the store's lock)."""
+        with self._append_lock:
+            self._apply_pending()  # pending entries never point outside the head
+            self._journal.roll_over()
+
     def _append(self, data: bytes) -> Position:
+        """Append to the journal (the caller holds the store's lock)."""
+        with self._append_lock:
+            self._apply_pending()  # a roll-over may follow
+            return self._append_locked(data, may_commit=True)
+
+    def _append_locked(self, data: bytes, *, may_commit: bool = False) -> Position:
         if self._io_failure:
             raise Error(
                 f"the store at {self.path} refuses writes: an earlier {self._io_failure}. "
                 "Close it, check the disk, and reopen."
             )
-        if self._env.changes > _MAX_CHANGES_PER_COMMIT:
+        if may_commit and self._env.changes > _MAX_CHANGES_PER_COMMIT:
             # Before the write: every earlier operation is fully applied, so the
             # index and the checkpoint agree (after the write they would not).
             self._commit_index()
@@ -489,7 +546,7 @@ class Store:
             ) from e
 
     def _reserve_id(self) -> int:
-        with self._lock:
+        with self._lock, self._append_lock:
             self._check_open()
             msg_id = self._next_id
             self._next_id += 1
@@ -582,7 +639,7 @@ class Store:
             if created:
                 # Queues are not journaled: commit now so a crash keeps the new queue.
                 self._commit_index()
-            rt = _QueueRuntime(name, name.encode(), qid, threading.Condition(self._lock))
+            rt = _QueueRuntime(name, name.encode(), qid, threading.Condition(self._lock))  # type: ignore[arg-type]
             self._queues[name] = rt
         return rt
 
@@ -606,9 +663,15 @@ class Store:
             if name not in self._catalog.queue_ids:
                 raise ValueError(f"no queue named {name!r}; store.queues() lists them")
             rt = self._runtime(name)
-            removed = self._remove_messages(rt, include_delivered=True)
+            with self._append_lock:
+                self._apply_pending()
+                del self._queues[name]  # later puts to it wait for the store's lock
+            try:
+                removed = self._remove_messages(rt, include_delivered=True)
+            except BaseException:
+                self._queues[name] = rt
+                raise
             self._catalog.drop_queue(name)
-            del self._queues[name]
             self._commit_index()  # so a crash cannot bring the queue back
             rt.cond.notify_all()
             pos = self._journal.position
@@ -647,7 +710,11 @@ class Store:
         limited = self.options.max_store_size is not None
         if limited:
             self._ensure_room(size)
-        with self._lock:
+        else:
+            msg_id = self._put_unlocked(name, body, hbytes, priority, size)
+            if msg_id:
+                return msg_id
+        with self._lock, self._append_lock:
             if self._closed:
                 self._check_open()
             rt = self._queues.get(name)
@@ -671,6 +738,38 @@ class Store:
                 rt.rewind(keys.order_key(rt.qid, priority, msg_id))
             rt.wake()
             pos = self._journal.position
+        if self._sync_always:
+            self._sync_journal_to(pos)
+        return msg_id
+
+    def _put_unlocked(self, name: str, body: bytes, hbytes: bytes, priority: int, size: int) -> int:
+        """A put that takes only the append lock: into an existing queue, with
+        room in the write head and no space limit to check. Returns its id, or
+        0 if the put must take the store's lock instead."""
+        rt = self._queues.get(name)
+        if rt is None:
+            return 0
+        with self._append_lock:
+            if self._closed:
+                self._check_open()
+            if (
+                self._queues.get(name) is not rt  # deleted meanwhile
+                or len(self._pending) >= _MAX_PENDING
+                or not self._journal.fits(size)
+            ):
+                return 0
+            msg_id = self._next_id
+            record = codec.encode_put(msg_id, rt.name_bytes, priority, 0, hbytes, body)
+            file_id, offset = self._append_locked(record)
+            self._next_id = msg_id + 1
+            self._pending.append((msg_id, rt, priority, file_id, offset, size))
+            self._bytes_put += size
+            # Read here: a consumer counts itself waiting under this lock too.
+            waiting = rt.waiting
+            pos = self._journal.position
+        if waiting:
+            with self._lock:  # taking it writes the entry the consumer looks for
+                rt.wake()
         if self._sync_always:
             self._sync_journal_to(pos)
         return msg_id
@@ -710,7 +809,7 @@ class Store:
         )
         self._check_record_size(estimate)
         self._ensure_room(estimate)
-        with self._lock:
+        with self._lock, self._append_lock:
             self._check_open()
             seen: set[int] = set()
             for msg_id in acks:
@@ -777,6 +876,7 @@ class Store:
             while True:
                 self._check_open()
                 rt = self._runtime(name)
+                self._apply_pending()  # puts seen pending below (a wait catches up itself)
                 message = self._deliver_next(rt, selector)
                 if message is not None:
                     return message
@@ -785,7 +885,12 @@ class Store:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise Empty(f"no message arrived on queue {name!r} within {timeout} s")
-                rt.waiting += 1
+                with self._append_lock:
+                    if self._pending:  # a put came in since this lock was taken
+                        continue
+                    # Counted under the append lock: a put that appends after
+                    # this sees it and wakes this consumer.
+                    rt.waiting += 1
                 try:
                     rt.cond.wait(remaining)
                 finally:

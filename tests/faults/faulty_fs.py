@@ -17,8 +17,10 @@ import errno
 import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import msgcask
+from conftest import written_size
 from msgcask.store.fs import DataFile, FileSystem
 
 
@@ -172,8 +174,8 @@ class FaultyFileSystem(FileSystem):
         as ``sync="never"`` relies on): everything so far becomes durable."""
         with self.mutex:
             for path in list(self.synced):
-                if os.path.exists(path):
-                    self.synced[path] = os.path.getsize(path)
+                if os.path.exists(path):  # the write head's zero tail holds nothing
+                    self.synced[path] = written_size(Path(path))
             self.unsynced_names.clear()
             self._forget_unlinked()
 

@@ -21,6 +21,8 @@ def put_offsets(path: Path) -> dict[int, tuple[int, int]]:
     buf = path.read_bytes()
     out = {}
     for item in codec.scan(buf, fmt.FILE_HEADER_SIZE):
+        if isinstance(item, codec.Damage) and item.unused:
+            break  # the open write head's zero tail
         assert isinstance(item, codec.Record)
         if item.rtype == fmt.TYPE_PUT:
             out[codec.decode_put_meta(buf, item.payload_start).msg_id] = (item.offset, item.size)

@@ -26,6 +26,7 @@ import pytest
 from faulty_fs import FaultyFileSystem, abandon
 
 import msgcask
+from conftest import written_size
 from msgcask.index import keys
 from msgcask.store import codec
 from msgcask.store import format as fmt
@@ -263,7 +264,7 @@ def test_power_cut_tearing_a_transaction_keeps_none_of_it(
         tx_ids = [tx.put("q", body(100 + i)) for i in range(20)]
         tx.ack(m)
     [head] = sorted(store_path.glob("*.log"))
-    whole = torn >= head.stat().st_size - fs.synced[str(head)]  # all of the batch got there
+    whole = torn >= written_size(head) - fs.synced[str(head)]  # all of the batch got there
     abandon(store)
     fs.power_cut(torn=torn)
     if index == "index lost":

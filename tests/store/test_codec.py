@@ -253,7 +253,16 @@ class TestScan:
         assert len(records_of(items)) == 3
         [damage] = damages_of(items)
         assert (damage.offset, damage.length, damage.at_tail) == (len(good), 4096, True)
-        assert "0x00" in damage.reason
+        assert damage.unused and "zero" in damage.reason
+
+    def test_torn_record_before_zeros_is_damage_not_unused_space(self) -> None:
+        # The write head's preallocated tail after a record cut short by a crash.
+        parts = three_records()
+        good = b"".join(parts[:2])
+        items = list(codec.scan(good + parts[2][:20] + bytes(4096), 0))
+        assert len(records_of(items)) == 2
+        [damage] = damages_of(items)
+        assert (damage.offset, damage.at_tail, damage.unused) == (len(good), True, False)
 
     def test_bad_first_record_then_good_ones(self) -> None:
         parts = three_records()

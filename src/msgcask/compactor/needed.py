@@ -67,7 +67,7 @@ def parse(buf: bytes, pause: Callable[[], None] | None = None) -> FileRecords:
         if pause is not None and not n % PARSE_PAUSE_EVERY:
             pause()
         if not isinstance(item, codec.Record):
-            out.damaged += 1
+            out.damaged += not item.unused
             continue
         if item.rtype == fmt.TYPE_PUT:
             out.puts.append((fmt.PUT_FIXED.unpack_from(buf, item.payload_start)[0], item))

@@ -128,7 +128,8 @@ def delete_retired(store: Store, file_ids: list[int]) -> int:
     with store._lock:
         for file_id in file_ids:
             store._acct.forget(file_id)
-        store._data_bytes -= freed
+        with store._append_lock:  # puts add to it under that lock alone
+            store._data_bytes -= freed
     return freed
 
 

@@ -155,7 +155,8 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
             store._acct.add(
                 FileAccount(out_id, fmt.KIND_COMPACTED, size=out.size, created=time.time())
             )
-            store._data_bytes += out.size
+            with store._append_lock:  # puts add to it under that lock alone
+                store._data_bytes += out.size
         catalog = store._catalog
         for start, end in pacer.spans(len(copies)):
             with store._lock:
@@ -209,7 +210,7 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
 def _write_output(
     store: Store, victims: list[int], copies: list[_Copy]
 ) -> tuple[int, DataFile, list[int]]:
-    with store._lock:
+    with store._lock, store._append_lock:
         out_id = store._allocate_file_id()
         id_floor = store._next_id
     path = os.path.join(store.path, data_file_name(out_id))

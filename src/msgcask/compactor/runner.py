@@ -136,7 +136,7 @@ class Compactor:
                 and view.live_ratio < threshold
                 and (view.dead_bytes >= policy.min_gain_for(size))
             ):
-                store._journal.roll_over()
+                store._roll_over()
 
     def behind(self) -> bool:
         """Whether compaction is behind: disk use is near the space bound, or
@@ -324,7 +324,7 @@ class Compactor:
                 with store._lock:
                     head = store._acct.peek(store._journal.head_id)
                     if head.size > head.live_bytes + 2 * fmt.FILE_HEADER_SIZE:
-                        store._journal.roll_over()
+                        store._roll_over()
 
 
 def _view(account: FileAccount, age: float, active: bool) -> policy.FileView:

@@ -255,13 +255,16 @@ class Damage(NamedTuple):
     """A stretch of a file that holds no intact record.
 
     ``at_tail`` is true when no intact record follows it: that is what a write
-    torn by a crash looks like, and recovery truncates it.
+    torn by a crash looks like, and recovery truncates it. ``unused`` marks a
+    tail of zero bytes only: the write head's preallocated space (store/fs.py),
+    which is not damage at all.
     """
 
     offset: int
     length: int
     reason: str
     at_tail: bool
+    unused: bool = False
 
 
 def _check_record(buf: Buffer, pos: int, limit: int) -> tuple[int, int, str]:
@@ -315,7 +318,10 @@ def scan(buf: Buffer, start: int, limit: int | None = None) -> Iterator[Record |
         if not rtype:
             nxt = _resync(buf, pos + 1, end_of_data)
             if nxt is None:
-                yield Damage(pos, end_of_data - pos, reason, True)
+                if view[pos:end_of_data] == bytes(end_of_data - pos):
+                    yield Damage(pos, end_of_data - pos, "zero-filled tail", True, True)
+                else:
+                    yield Damage(pos, end_of_data - pos, reason, True)
                 return
             yield Damage(pos, nxt - pos, reason, False)
             pos = nxt

@@ -4,6 +4,18 @@
 substitute subclasses that inject faults (short writes, ENOSPC, bit flips, and
 dropping every byte that was not fsynced, which is what a power cut does).
 
+The journal's write head is written through a memory map (``map_appends``):
+copying into the page cache takes no system call, so a put never lets go of
+the interpreter lock, which another thread on the other CPU would take and
+keep for up to a switch interval. What a process wrote is in the page cache
+the moment the copy ends, so a crash of the process loses nothing, as with
+``pwrite``; ``fsync`` covers mapped pages as it covers written ones. The map
+advances a chunk at a time, and each chunk is allocated (``posix_fallocate``)
+before it is mapped: a full disk then fails the allocation with ENOSPC,
+where a store into a hole of a mapped file would kill the process with SIGBUS.
+Until the file is sealed its tail past the last record is zero bytes, which
+no reader takes for a record (store/format.py).
+
 ``crash_point(name)`` marks the places where a crash is most interesting
 (before and after each fsync, swap and delete of a compaction). A process run
 with ``MSGCASK_CRASH_AT=name`` kills itself with SIGKILL on reaching it, so crash
@@ -13,6 +25,8 @@ tests exercise real process death at an exact step.
 from __future__ import annotations
 
 import contextlib
+import errno
+import mmap
 import os
 import signal
 
@@ -44,10 +58,27 @@ class DataFile:
         self.path = path
         self.fd = fd
         self.size = size
+        self._chunk = 0  # bytes mapped at a time; 0: appends use pwrite
+        self._map: mmap.mmap | None = None
+        self._map_start = 0
+        self._map_end = 0
+        self._allocated = size  # file length, preallocated tail included
+
+    def map_appends(self, chunk: int) -> None:
+        """Write later appends through a memory map, ``chunk`` bytes at a time
+        (rounded up to whole pages)."""
+        granularity = mmap.ALLOCATIONGRANULARITY
+        self._chunk = -(-chunk // granularity) * granularity
 
     def append(self, data: bytes) -> int:
         """Write all of ``data`` at the end; return the offset it starts at."""
         offset = self.size
+        end = offset + len(data)
+        if self._chunk and (end <= self._map_end or self._advance_map(offset, end)):
+            assert self._map is not None
+            self._map[offset - self._map_start : end - self._map_start] = data
+            self.size = end
+            return offset
         view = memoryview(data)
         written = 0
         while written < len(view):
@@ -56,9 +87,49 @@ class DataFile:
                 raise OSError("pwrite wrote nothing")
             written += n
         self.size = offset + written
+        self._allocated = max(self._allocated, self.size)
         return offset
 
+    def _advance_map(self, offset: int, end: int) -> bool:
+        """Map the chunk that ``offset`` starts, allocated on disk first; False
+        (pwrite it) if ``end`` lies beyond it. Raises OSError (ENOSPC) if the
+        disk cannot hold the chunk."""
+        self._unmap()
+        start = offset - offset % mmap.ALLOCATIONGRANULARITY
+        if end > start + self._chunk:
+            return False
+        try:
+            os.posix_fallocate(self.fd, start, self._chunk)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+            self._chunk = 0  # a file system without allocation: plain writes
+            return False
+        self._allocated = max(self._allocated, start + self._chunk)
+        self._map = mmap.mmap(self.fd, self._chunk, offset=start)
+        self._map_start, self._map_end = start, start + self._chunk
+        return True
+
+    def _unmap(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+            self._map_start = self._map_end = 0
+
+    def trim(self) -> None:
+        """Give back the allocated tail past the last byte written."""
+        if self._allocated > self.size:
+            self._unmap()
+            os.ftruncate(self.fd, self.size)
+            self._allocated = self.size
+
     def read(self, offset: int, size: int) -> bytes:
+        if (
+            self._map is not None
+            and self._map_start <= offset
+            and offset + size <= min(self._map_end, self.size)
+        ):  # a fresh record: no system call either
+            return self._map[offset - self._map_start : offset - self._map_start + size]
         return os.pread(self.fd, size, offset)
 
     def read_all(self) -> bytes:
@@ -68,11 +139,13 @@ class DataFile:
         os.fdatasync(self.fd)
 
     def truncate(self, size: int) -> None:
+        self._unmap()  # a map past the end of a file faults when touched
         os.ftruncate(self.fd, size)
-        self.size = size
+        self.size = self._allocated = size
 
     def close(self) -> None:
         if self.fd >= 0:
+            self._unmap()
             os.close(self.fd)
             self.fd = -1
 

@@ -461,6 +461,8 @@ class Recovery:
             action = "truncated"
         else:
             action = "skipped"
+        if item.unused:
+            return  # the write head's preallocated space, not damage
         report = CorruptionReport(
             file_id, handle.path, item.offset, item.length, item.reason, action
         )

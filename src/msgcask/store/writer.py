@@ -1,6 +1,8 @@
 """The journal's write head: appends records, rolls over to new files, syncs.
 
-Appends happen under the store's lock. Syncing does not need it: ``sync_to``
+Appends happen under the store's append lock (see msgcask/db.py). The head
+is written through a memory map ``map_chunk`` bytes at a time (store/fs.py),
+and trimmed to its last record when sealed. Syncing needs no lock: ``sync_to``
 implements group commit, where one waiting thread fsyncs on behalf of every
 thread whose records were written before the fsync started, so N threads in
 ``sync="always"`` pay for far fewer than N fsyncs.
@@ -35,11 +37,15 @@ class Journal:
         new_file_id: Callable[[], int],
         id_floor: Callable[[], int],
         on_new_file: Callable[[int, DataFile], None],
+        map_chunk: int = 0,
     ):
         self.fs = fs
         self.directory = directory
         self.head_id = head_id
         self.head = head
+        self._map_chunk = map_chunk
+        if map_chunk:
+            head.map_appends(map_chunk)
         # (file, id) swapped as one object, so a thread syncing without the
         # store lock never pairs one file's handle with another file's id.
         self._head_state = (head, head_id)
@@ -57,13 +63,15 @@ class Journal:
     def position(self) -> Position:
         return (self.head_id, self.head.size)
 
+    def fits(self, size: int) -> bool:
+        """Whether ``size`` more bytes go into the head without a roll-over."""
+        return self.head.size + size <= self.max_file_size or self.head.size <= fmt.FILE_HEADER_SIZE
+
     def append(self, data: bytes) -> Position:
         """Append ``data`` (whole records) and return (file id, offset) where it
         starts. Rolls over to a new file first if it would not fit. On an I/O
         error the file is cut back to where it was and Error is raised."""
-        if self.head.size + len(data) > self.max_file_size and (
-            self.head.size > fmt.FILE_HEADER_SIZE
-        ):
+        if not self.fits(len(data)):
             self.roll_over()
         before = self.head.size
         try:
@@ -96,6 +104,7 @@ class Journal:
             ) from e
 
     def _roll_over(self) -> None:
+        self.head.trim()  # a sealed file ends at its last record
         if self.fsync_enabled:
             crash_point("journal.before_seal_fsync")
             self.head.fsync()
@@ -113,6 +122,8 @@ class Journal:
             with contextlib.suppress(OSError):
                 self.fs.unlink(new.path)
             raise
+        if self._map_chunk:
+            new.map_appends(self._map_chunk)
         self.head_id, self.head = file_id, new
         self._head_state = (new, file_id)
         self._on_new_file(file_id, new)

@@ -1,0 +1,111 @@
+"""A put into an existing queue takes only the append lock (msgcask/db.py).
+
+It must not wait for whoever holds the store's lock (a compaction batch, a
+consumer), and what it leaves for the index must be there for everyone who
+takes the store's lock next: consumers, counts, deletes, the checker.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import msgcask
+from msgcask.db import _MAX_PENDING
+
+
+def test_put_completes_while_another_thread_holds_the_stores_lock(store_path: Path) -> None:
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        q = store.queue("q")
+        q.put(b"first")
+        holding, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with store._lock:
+                holding.set()
+                release.wait(60)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        holding.wait(10)
+        ids: list[int] = []
+        putter = threading.Thread(target=lambda: ids.extend(q.put(b"p%d" % i) for i in range(3)))
+        putter.start()
+        putter.join(30)
+        done_while_held = not putter.is_alive()
+        release.set()
+        holder.join(30)
+        putter.join(30)
+        assert done_while_held, "a put waited for the store's lock"
+        assert len(q) == 4
+        assert [m.body for m in q.browse()] == [b"first", b"p0", b"p1", b"p2"]
+
+
+def test_puts_left_for_the_index_stay_bounded(store_path: Path) -> None:
+    with msgcask.open(store_path, sync_interval=3600, compaction_interval=None) as store:
+        q = store.queue("q")
+        for i in range(3 * _MAX_PENDING + 7):
+            q.put(b"%d" % i)
+            assert len(store._pending) <= _MAX_PENDING
+        assert len(q) == 3 * _MAX_PENDING + 7
+
+
+def test_a_blocked_consumer_is_woken_by_every_put(store_path: Path) -> None:
+    # A lost wake-up leaves get() waiting for good (until close wakes it); the
+    # main thread then stops putting, and the consumer falls short.
+    rounds = 300
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        q = store.queue("q")
+        got: list[bytes] = []
+        ready = threading.Semaphore(0)
+
+        def consume() -> None:
+            for _ in range(rounds):
+                ready.release()
+                try:
+                    m = q.get()
+                except msgcask.ClosedError:
+                    return
+                q.ack(m)
+                got.append(m.body)
+
+        consumer = threading.Thread(target=consume)
+        consumer.start()
+        for i in range(rounds):
+            if not ready.acquire(timeout=30):
+                break  # the consumer gave up: the assertion below says so
+            q.put(b"%d" % i)
+        consumer.join(60)
+        assert got == [b"%d" % i for i in range(rounds)]
+    consumer.join(60)
+
+
+def test_puts_racing_queue_deletion_leave_a_consistent_store(
+    store_path: Path, verify: Callable[[msgcask.Store], None]
+) -> None:
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        stop = threading.Event()
+        returned: list[list[int]] = [[], []]
+
+        def produce(n: int) -> None:
+            q = store.queue("x")
+            while not stop.is_set():
+                returned[n].append(q.put(b"y" * 50))
+
+        producers = [threading.Thread(target=produce, args=(n,)) for n in range(2)]
+        for t in producers:
+            t.start()
+        deleted = 0
+        while deleted < 150:
+            if "x" in store.queues():
+                store.delete_queue("x")
+                deleted += 1
+        stop.set()
+        for t in producers:
+            t.join(30)
+        verify(store)
+        left = {m.id for m in store.queue("x").browse()}
+        assert left <= set(returned[0]) | set(returned[1])
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert {m.id for m in store.queue("x").browse()} == left

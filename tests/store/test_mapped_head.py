@@ -1,0 +1,138 @@
+"""The write head written through a memory map (store/fs.py).
+
+Its tail past the last record is preallocated zero bytes until the file is sealed
+or the store closes: a crash leaves that tail behind, and it is not damage. The
+allocation is what fails on a full disk, cleanly, before any byte is mapped.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import msgcask
+from conftest import written_size
+from msgcask.check import scan_files
+from msgcask.store import codec
+from msgcask.store import fs as fs_module
+
+CHILD = """
+import sys, msgcask
+store = msgcask.open(sys.argv[1], max_file_size=4 * 2**20, compaction_interval=None)
+q = store.queue("q")
+for i in range(500):
+    q.put(b"m%03d" % i + b"." * 96)
+print("done", flush=True)
+sys.stdin.read()  # killed here
+"""
+
+
+def zero_tail(path: Path) -> int:
+    """Length of the preallocated zero tail of a data file (0 if none)."""
+    data = path.read_bytes()
+    for item in codec.scan(data, 32):
+        if isinstance(item, codec.Damage) and item.unused:
+            return item.length
+    return 0
+
+
+def test_kill9_leaves_a_zero_tail_that_reopen_trims_without_reporting_damage(
+    store_path: Path, data_files: Callable[[Path], list[Path]]
+) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(store_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "done"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    [head] = data_files(store_path)
+    assert zero_tail(head) > 0  # the crash left the preallocated tail behind
+    written = written_size(head)
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert store.recovery.corruptions == []
+        bodies = [m.body[:4] for m in store.queue("q").browse()]
+        assert bodies == [b"m%03d" % i for i in range(500)]
+        assert head.stat().st_size == written  # trimmed on open
+    assert head.stat().st_size == written and zero_tail(head) == 0
+
+
+def test_check_of_an_open_store_sees_no_damage_in_the_zero_tail(store_path: Path) -> None:
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        q = store.queue("q")
+        for _ in range(100):
+            q.put(b"x" * 100)
+        [head] = store_path.glob("*.log")
+        assert zero_tail(head) > 0
+        assert store.verify() == []
+        scan = scan_files(str(store_path))  # what `msgcask check` reads
+        assert [f.damage for f in scan.files] == [[]]
+        assert scan.files[0].size == written_size(head)
+
+
+def _refuse_allocation(code: int) -> Callable[..., Any]:
+    def refuse(fd: int, offset: int, length: int) -> None:
+        raise OSError(code, os.strerror(code))
+
+    return refuse
+
+
+def test_full_disk_at_a_new_chunk_fails_the_put_cleanly(
+    store_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    snapshot: Callable[..., dict[str, Any]],
+) -> None:
+    with msgcask.open(store_path, max_file_size=2**16, compaction_interval=None) as store:
+        q = store.queue("q")
+        ids = []
+        while len(ids) < 5 or store._journal.head.size < 2**15:
+            ids.append(q.put(b"k" * 500))  # half of the first file, mapped
+        store._journal.roll_over()  # the next put maps a chunk of a new head
+        before = snapshot(store, store_path)
+        monkeypatch.setattr(fs_module.os, "posix_fallocate", _refuse_allocation(errno.ENOSPC))
+        with pytest.raises(msgcask.Error, match="disk space"):
+            q.put(b"n" * 500)
+        assert snapshot(store, store_path) == before
+        monkeypatch.undo()
+        ids.append(q.put(b"after"))
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert [m.id for m in store.queue("q").browse()] == ids
+        assert store.recovery.corruptions == []
+
+
+def test_file_system_without_allocation_falls_back_to_plain_writes(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fs_module.os, "posix_fallocate", _refuse_allocation(errno.EOPNOTSUPP))
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        q = store.queue("q")
+        ids = [q.put(b"p%d" % i) for i in range(50)]
+        assert zero_tail(next(store_path.glob("*.log"))) == 0  # nothing preallocated
+        assert [m.id for m in q.browse()] == ids
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert [m.body for m in store.queue("q").browse()] == [b"p%d" % i for i in range(50)]
+
+
+def test_a_store_with_a_size_limit_preallocates_nothing(store_path: Path) -> None:
+    # Preallocated space would count against max_store_size.
+    with msgcask.open(
+        store_path, max_file_size=2**20, max_store_size=2**24, compaction_interval=None
+    ) as store:
+        q = store.queue("q")
+        for _ in range(20):
+            q.put(b"z" * 100)
+        [head] = store_path.glob("*.log")
+        assert zero_tail(head) == 0 and head.stat().st_size == written_size(head)
