@@ -876,7 +876,6 @@ class Store:
             while True:
                 self._check_open()
                 rt = self._runtime(name)
-                self._apply_pending()  # puts seen pending below (a wait catches up itself)
                 message = self._deliver_next(rt, selector)
                 if message is not None:
                     return message
@@ -887,6 +886,7 @@ class Store:
                     raise Empty(f"no message arrived on queue {name!r} within {timeout} s")
                 with self._append_lock:
                     if self._pending:  # a put came in since this lock was taken
+                        self._apply_pending()  # (a wait catches up by itself)
                         continue
                     # Counted under the append lock: a put that appends after
                     # this sees it and wakes this consumer.
