@@ -123,7 +123,10 @@ def test_demo_command(tmp_path: Path) -> None:
     assert "msgcask[compaction on]" in result.output
     assert "msgcask[compaction off]" in result.output
     assert "plot space:" in result.output
-    assert (tmp_path / "demo-dlq-heavy.json").is_file()
+    doc = json.loads((tmp_path / "demo-dlq-heavy.json").read_text())
+    on = next(r for r in doc["runs"] if r["label"] == "msgcask[compaction on]")
+    # The closing line gives the final disk/live of each run, as in the result.
+    assert f"{on['space']['final_amplification']:.1f} with it)" in result.output
 
 
 def test_cli_module_imports_nothing_heavy() -> None:

@@ -303,7 +303,7 @@ def demo(
     nearly every data file keeps one live message and disk grows with everything
     ever put; with compaction disk follows the live data.
     """
-    from msgcask.workloads.report import summary
+    from msgcask.workloads.report import fmt, summary
     from msgcask.workloads.runner import run_and_write
     from msgcask.workloads.subjects import parse_peers
 
@@ -340,6 +340,8 @@ def demo(
             f" MiB on disk, with it {on['space']['final_disk_bytes'] / MiB:.1f} MiB "
             f"({off['space']['final_disk_bytes'] / max(1, on['space']['final_disk_bytes']):.1f}x)"
             f" for {on['space']['final_live_payload_bytes'] / 1024:.0f} KiB of live messages"
+            f" (disk/live {fmt(off['space']['final_amplification'], '.1f')} without compaction,"
+            f" {fmt(on['space']['final_amplification'], '.1f')} with it)"
         )
     click.echo(f"result: {path}")
     click.echo(f"demo took {time.monotonic() - start:.0f} s; files in {os.path.abspath(out)}")

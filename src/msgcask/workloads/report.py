@@ -60,6 +60,7 @@ def summary(doc: dict[str, Any]) -> str:
                 fmt(sp["max_disk_bytes"], ".1f", 1 / MiB),
                 fmt(sp["final_disk_bytes"], ".1f", 1 / MiB),
                 fmt(sp["max_amplification"], ".1f"),
+                fmt(sp["final_amplification"], ".1f"),
                 fmt(r["write_amplification"], ".2f"),
                 fmt(r["peak_rss_bytes"], ".0f", 1 / MiB)
                 + (
@@ -87,6 +88,7 @@ def summary(doc: dict[str, Any]) -> str:
                 "max disk MiB",
                 "final disk MiB",
                 "max disk/live",
+                "final disk/live",
                 "write amp",
                 "peak RSS MiB (+run)",
                 "passes",
