@@ -504,13 +504,15 @@ class Store:
             self._apply_pending()  # pending entries never point outside the head
             self._journal.roll_over()
 
-    def _append(self, data: bytes) -> Position:
+    def _append(self, data: bytes, *, in_order: bool = False) -> Position:
         """Append to the journal (the caller holds the store's lock)."""
         with self._append_lock:
             self._apply_pending()  # a roll-over may follow
-            return self._append_locked(data, may_commit=True)
+            return self._append_locked(data, may_commit=True, in_order=in_order)
 
-    def _append_locked(self, data: bytes, *, may_commit: bool = False) -> Position:
+    def _append_locked(
+        self, data: bytes, *, may_commit: bool = False, in_order: bool = False
+    ) -> Position:
         if self._io_failure:
             raise Error(
                 f"the store at {self.path} refuses writes: an earlier {self._io_failure}. "
@@ -520,7 +522,7 @@ class Store:
             # Before the write: every earlier operation is fully applied, so the
             # index and the checkpoint agree (after the write they would not).
             self._commit_index()
-        file_id, offset = self._journal.append(data)
+        file_id, offset = self._journal.append(data, in_order=in_order)
         self._acct[file_id].size += len(data)
         self._data_bytes += len(data)
         return file_id, offset
@@ -643,6 +645,13 @@ class Store:
             self._queues[name] = rt
         return rt
 
+    def _existing_runtime(self, name: str) -> _QueueRuntime | None:
+        """The queue's runtime, or None if no queue has that name (a handle
+        whose queue was deleted): a read must not bring the queue back."""
+        if name not in self._queues and name not in self._catalog.queue_ids:
+            return None
+        return self._runtime(name)
+
     @_index_errors
     def queues(self) -> list[str]:
         """Names of the queues in the store, sorted."""
@@ -655,7 +664,9 @@ class Store:
         """Delete queue ``name`` and every message in it (delivered or not).
 
         Returns how many messages were removed. Raises ValueError for an
-        unknown queue.
+        unknown queue. Its handles stay usable: reading through them (``len``,
+        ``browse``, ``purge``, a ``get`` that does not wait) finds nothing and
+        does not create the queue again; a put, or a ``get`` that waits, does.
         """
         validate.queue_name(name)
         with self._lock:
@@ -692,7 +703,8 @@ class Store:
                     break
             if not chunk:
                 return removed
-            file_id, _ = self._append(b"".join(codec.encode_ack(m) for m in chunk))
+            # In order: a crash leaves the first ACKs of the chunk, never a hole before others.
+            file_id, _ = self._append(b"".join(codec.encode_ack(m) for m in chunk), in_order=True)
             for msg_id in chunk:
                 self._catalog.ack(msg_id, file_id)
                 self._inflight.pop(msg_id, None)
@@ -841,7 +853,9 @@ class Store:
             try:
                 self._check_record_size(len(header) + length)
                 self._check_fits(len(header) + length)
-                file_id, offset = self._append(header + b"".join(records))
+                # In order: a crash must not leave some of its records intact
+                # behind a missing header, where recovery would find them alone.
+                file_id, offset = self._append(header + b"".join(records), in_order=True)
             except BaseException:
                 if created:  # a failed call changes nothing, not even the queue list
                     self._forget_queues(created)
@@ -875,11 +889,12 @@ class Store:
         with self._lock:
             while True:
                 self._check_open()
-                rt = self._runtime(name)
-                message = self._deliver_next(rt, selector)
+                # A get that waits creates the queue: a put to it must find its waiters.
+                rt = self._runtime(name) if block else self._existing_runtime(name)
+                message = None if rt is None else self._deliver_next(rt, selector)
                 if message is not None:
                     return message
-                if not block:
+                if rt is None or not block:
                     raise Empty(f"queue {name!r} has no message available")
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -1065,7 +1080,9 @@ class Store:
             chunk: list[Message] = []
             with self._lock:
                 self._check_open()
-                rt = self._runtime(name)
+                rt = self._existing_runtime(name)
+                if rt is None:
+                    return
                 for key in self._catalog.queue_order(rt.qid, start):
                     if key == start:
                         continue
@@ -1095,12 +1112,16 @@ class Store:
     def _len(self, name: str) -> int:
         with self._lock:
             self._check_open()
-            return self._catalog.counts.get(self._runtime(name).qid, 0)
+            qid = self._catalog.queue_ids.get(name)
+            return 0 if qid is None else self._catalog.counts.get(qid, 0)
 
     def _purge(self, name: str) -> int:
         with self._lock:
             self._check_open()
-            removed = self._remove_messages(self._runtime(name), include_delivered=False)
+            rt = self._existing_runtime(name)
+            if rt is None:
+                return 0
+            removed = self._remove_messages(rt, include_delivered=False)
             pos = self._journal.position
         self._wait_durable(pos)
         return removed

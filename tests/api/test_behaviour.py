@@ -422,6 +422,36 @@ class TestPurgeDelete:
             # Getting it again creates a new, empty queue.
             assert len(store.queue("a")) == 0
 
+    def test_reading_through_a_deleted_queues_handle_does_not_bring_it_back(
+        self, store_path: Path
+    ) -> None:
+        with msgcask.open(store_path, compaction_interval=None) as store:
+            q = store.queue("gone")
+            q.put(b"x")
+            store.delete_queue("gone")
+            assert len(q) == 0
+            assert list(q.browse()) == []
+            assert q.purge() == 0
+            with pytest.raises(msgcask.Empty):
+                q.get(block=False)
+            assert "gone" not in store.queues()
+        with msgcask.open(store_path, compaction_interval=None) as store:
+            assert "gone" not in store.queues()
+
+    def test_a_put_or_a_waiting_get_through_it_creates_the_queue_anew(
+        self, store: msgcask.Store
+    ) -> None:
+        q = store.queue("gone")
+        q.put(b"old")
+        store.delete_queue("gone")
+        with pytest.raises(msgcask.Empty):
+            q.get(timeout=0.01)
+        assert store.queues() == ["gone"]
+        store.delete_queue("gone")
+        new = q.put(b"new")
+        assert store.queues() == ["gone"]
+        assert [m.id for m in q.browse()] == [new]
+
     def test_delete_queue_with_delivered_messages(self, store: msgcask.Store) -> None:
         q = store.queue("q")
         q.put(b"x")

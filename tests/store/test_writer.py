@@ -59,9 +59,9 @@ class FailingFile(DataFile):
     partial: int | None = None
     truncate_fails = False
 
-    def append(self, data: bytes) -> int:
+    def append(self, data: bytes, *, in_order: bool = False) -> int:
         if self.partial is None:
-            return super().append(data)
+            return super().append(data, in_order=in_order)
         os.pwrite(self.fd, data[: self.partial], self.size)
         self.partial = None
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -70,11 +70,18 @@ class DataFile:
         granularity = mmap.ALLOCATIONGRANULARITY
         self._chunk = -(-chunk // granularity) * granularity
 
-    def append(self, data: bytes) -> int:
-        """Write all of ``data`` at the end; return the offset it starts at."""
+    def append(self, data: bytes, *, in_order: bool = False) -> int:
+        """Write all of ``data`` at the end; return the offset it starts at.
+
+        ``in_order``: a crash in the middle must leave a prefix of ``data``
+        (what keeps a batch all-or-nothing). A copy into the map gives no such
+        order (memcpy may store the first bytes last), so such data is written
+        with pwrite, which the kernel copies page by page, front to back.
+        """
         offset = self.size
         end = offset + len(data)
-        if self._chunk and (end <= self._map_end or self._advance_map(offset, end)):
+        mapped = self._chunk and not in_order
+        if mapped and (end <= self._map_end or self._advance_map(offset, end)):
             assert self._map is not None
             self._map[offset - self._map_start : end - self._map_start] = data
             self.size = end
