@@ -504,14 +504,14 @@ class Store:
             self._apply_pending()  # pending entries never point outside the head
             self._journal.roll_over()
 
-    def _append(self, data: bytes, *, in_order: bool = False) -> Position:
+    def _append(self, data: bytes, *, single_record: bool = False) -> Position:
         """Append to the journal (the caller holds the store's lock)."""
         with self._append_lock:
             self._apply_pending()  # a roll-over may follow
-            return self._append_locked(data, may_commit=True, in_order=in_order)
+            return self._append_locked(data, may_commit=True, single_record=single_record)
 
     def _append_locked(
-        self, data: bytes, *, may_commit: bool = False, in_order: bool = False
+        self, data: bytes, *, may_commit: bool = False, single_record: bool = False
     ) -> Position:
         if self._io_failure:
             raise Error(
@@ -522,7 +522,7 @@ class Store:
             # Before the write: every earlier operation is fully applied, so the
             # index and the checkpoint agree (after the write they would not).
             self._commit_index()
-        file_id, offset = self._journal.append(data, in_order=in_order)
+        file_id, offset = self._journal.append(data, single_record=single_record)
         self._acct[file_id].size += len(data)
         self._data_bytes += len(data)
         return file_id, offset
@@ -648,9 +648,10 @@ class Store:
     def _existing_runtime(self, name: str) -> _QueueRuntime | None:
         """The queue's runtime, or None if no queue has that name (a handle
         whose queue was deleted): a read must not bring the queue back."""
-        if name not in self._queues and name not in self._catalog.queue_ids:
-            return None
-        return self._runtime(name)
+        rt = self._queues.get(name)
+        if rt is None and name in self._catalog.queue_ids:
+            rt = self._runtime(name)
+        return rt
 
     @_index_errors
     def queues(self) -> list[str]:
@@ -703,8 +704,7 @@ class Store:
                     break
             if not chunk:
                 return removed
-            # In order: a crash leaves the first ACKs of the chunk, never a hole before others.
-            file_id, _ = self._append(b"".join(codec.encode_ack(m) for m in chunk), in_order=True)
+            file_id, _ = self._append(b"".join(codec.encode_ack(m) for m in chunk))
             for msg_id in chunk:
                 self._catalog.ack(msg_id, file_id)
                 self._inflight.pop(msg_id, None)
@@ -738,7 +738,7 @@ class Store:
                 if limited:
                     self._check_fits(size)
                 record = codec.encode_put(msg_id, rt.name_bytes, priority, 0, hbytes, body)
-                file_id, offset = self._append(record)
+                file_id, offset = self._append(record, single_record=True)
             except BaseException:
                 if created:  # a failed call changes nothing, not even the queue list
                     self._forget_queues([name])
@@ -772,7 +772,7 @@ class Store:
                 return 0
             msg_id = self._next_id
             record = codec.encode_put(msg_id, rt.name_bytes, priority, 0, hbytes, body)
-            file_id, offset = self._append_locked(record)
+            file_id, offset = self._append_locked(record, single_record=True)
             self._next_id = msg_id + 1
             self._pending.append((msg_id, rt, priority, file_id, offset, size))
             self._bytes_put += size
@@ -853,9 +853,7 @@ class Store:
             try:
                 self._check_record_size(len(header) + length)
                 self._check_fits(len(header) + length)
-                # In order: a crash must not leave some of its records intact
-                # behind a missing header, where recovery would find them alone.
-                file_id, offset = self._append(header + b"".join(records), in_order=True)
+                file_id, offset = self._append(header + b"".join(records))
             except BaseException:
                 if created:  # a failed call changes nothing, not even the queue list
                     self._forget_queues(created)
@@ -917,7 +915,7 @@ class Store:
             return None
         msg_id, entry, put = found
         deliveries = min(entry.deliveries + 1, fmt.MAX_DELIVERIES_COUNTED)
-        file_id, _ = self._append(codec.encode_deliver(msg_id, deliveries))
+        file_id, _ = self._append(codec.encode_deliver(msg_id, deliveries), single_record=True)
         self._catalog.deliver(msg_id, deliveries, file_id, entry)
         self._inflight[msg_id] = rt
         return Message(msg_id, rt.name, put.body, put.headers, entry.priority, deliveries)
@@ -1023,7 +1021,7 @@ class Store:
             if self._closed:
                 self._check_open()
             _, msg_id = self._resolve_delivered(name, target)
-            file_id, _ = self._append(codec.encode_ack(msg_id))
+            file_id, _ = self._append(codec.encode_ack(msg_id), single_record=True)
             self._catalog.ack(msg_id, file_id)
             del self._inflight[msg_id]
             pos = self._journal.position

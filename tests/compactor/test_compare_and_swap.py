@@ -31,7 +31,7 @@ class HookedFile(DataFile):
     is_output = False
     appends = 0
 
-    def append(self, data: bytes, *, in_order: bool = False) -> int:
+    def append(self, data: bytes, *, single_record: bool = False) -> int:
         if self.size == 0 and data[:8] == fmt.MAGIC and data[10] == fmt.KIND_COMPACTED:
             self.is_output = True
         elif self.is_output:
@@ -41,7 +41,7 @@ class HookedFile(DataFile):
                 hook, self.fs.hook = self.fs.hook, None
                 hook()
                 self.fs.fired += 1
-        return super().append(data, in_order=in_order)
+        return super().append(data, single_record=single_record)
 
 
 class HookedFS(FileSystem):

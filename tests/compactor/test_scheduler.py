@@ -177,11 +177,11 @@ class SlowOutputFS(FileSystem):
         fs = self
 
         class SlowOutput(DataFile):
-            def append(self, data: bytes, *, in_order: bool = False) -> int:
+            def append(self, data: bytes, *, single_record: bool = False) -> int:
                 if self.size == 0 and data[:8] == fmt.MAGIC and data[10] == fmt.KIND_COMPACTED:
                     fs.copying.set()
                     time.sleep(0.5)  # close() arrives while the pass is here
-                return super().append(data, in_order=in_order)
+                return super().append(data, single_record=single_record)
 
         return SlowOutput(path, fd, size)
 

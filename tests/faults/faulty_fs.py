@@ -31,7 +31,7 @@ def _enospc() -> OSError:
 class FaultyDataFile(DataFile):
     fs: FaultyFileSystem
 
-    def append(self, data: bytes, *, in_order: bool = False) -> int:
+    def append(self, data: bytes, *, single_record: bool = False) -> int:
         fs = self.fs
         with fs.mutex:
             fs.appends += 1
@@ -43,7 +43,7 @@ class FaultyDataFile(DataFile):
             # The OS took some bytes before it ran out of space.
             os.pwrite(self.fd, data[:partial], self.size)
             raise _enospc()
-        return super().append(data, in_order=in_order)
+        return super().append(data, single_record=single_record)
 
     def read(self, offset: int, size: int) -> bytes:
         for bad in self.fs.bad_sectors.get(self.path, ()):

@@ -59,9 +59,9 @@ class FailingFile(DataFile):
     partial: int | None = None
     truncate_fails = False
 
-    def append(self, data: bytes, *, in_order: bool = False) -> int:
+    def append(self, data: bytes, *, single_record: bool = False) -> int:
         if self.partial is None:
-            return super().append(data, in_order=in_order)
+            return super().append(data, single_record=single_record)
         os.pwrite(self.fd, data[: self.partial], self.size)
         self.partial = None
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -70,18 +70,23 @@ class DataFile:
         granularity = mmap.ALLOCATIONGRANULARITY
         self._chunk = -(-chunk // granularity) * granularity
 
-    def append(self, data: bytes, *, in_order: bool = False) -> int:
+    def append(self, data: bytes, *, single_record: bool = False) -> int:
         """Write all of ``data`` at the end; return the offset it starts at.
 
-        ``in_order``: a crash in the middle must leave a prefix of ``data``
-        (what keeps a batch all-or-nothing). A copy into the map gives no such
-        order (memcpy may store the first bytes last), so such data is written
-        with pwrite, which the kernel copies page by page, front to back.
+        Only ``single_record`` data goes through the map: a copy into it has no
+        order (memcpy may store the first bytes last), and a crash in the middle
+        of one record is a torn tail whatever bytes it left. Several records
+        must leave a prefix (else a batch could lose its header and keep later
+        records intact), so they are written with pwrite, which the kernel
+        copies page by page, front to back.
         """
         offset = self.size
         end = offset + len(data)
-        mapped = self._chunk and not in_order
-        if mapped and (end <= self._map_end or self._advance_map(offset, end)):
+        if (
+            single_record
+            and self._chunk
+            and (end <= self._map_end or self._advance_map(offset, end))
+        ):
             assert self._map is not None
             self._map[offset - self._map_start : end - self._map_start] = data
             self.size = end

@@ -67,16 +67,16 @@ class Journal:
         """Whether ``size`` more bytes go into the head without a roll-over."""
         return self.head.size + size <= self.max_file_size or self.head.size <= fmt.FILE_HEADER_SIZE
 
-    def append(self, data: bytes, *, in_order: bool = False) -> Position:
+    def append(self, data: bytes, *, single_record: bool = False) -> Position:
         """Append ``data`` (whole records) and return (file id, offset) where it
         starts. Rolls over to a new file first if it would not fit. On an I/O
         error the file is cut back to where it was and Error is raised.
-        ``in_order``: see ``DataFile.append``."""
+        ``single_record``: see ``DataFile.append``."""
         if not self.fits(len(data)):
             self.roll_over()
         before = self.head.size
         try:
-            offset = self.head.append(data, in_order=in_order)
+            offset = self.head.append(data, single_record=single_record)
         except OSError as e:
             self._undo(before)
             raise Error(
