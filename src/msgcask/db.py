@@ -489,14 +489,19 @@ class Store:
             return
         with self._append_lock:
             pending, self._pending = self._pending, []
-            by_file: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
-            for msg_id, rt, priority, file_id, offset, size in pending:
-                by_file.setdefault(file_id, []).append((msg_id, rt.qid, priority, offset, size, 0))
-            for file_id, items in by_file.items():
-                self._catalog.add_many(file_id, items, fresh=True)
-            for msg_id, rt, priority, *_ in pending:
-                if rt.cursor is not None or rt.selector_cursors:
-                    rt.rewind(keys.order_key(rt.qid, priority, msg_id))
+        # The entries are written without the append lock: each index call lets
+        # go of the interpreter, and a put that got it would otherwise wait for
+        # the lock. Nobody can miss them meanwhile: the index is read only under
+        # the store's lock, which the caller holds, and only its holder rolls
+        # the head over, so they still point into the head.
+        by_file: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
+        for msg_id, rt, priority, file_id, offset, size in pending:
+            by_file.setdefault(file_id, []).append((msg_id, rt.qid, priority, offset, size, 0))
+        for file_id, items in by_file.items():
+            self._catalog.add_many(file_id, items, fresh=True)
+        for msg_id, rt, priority, *_ in pending:
+            if rt.cursor is not None or rt.selector_cursors:
+                rt.rewind(keys.order_key(rt.qid, priority, msg_id))
 
     def _roll_over(self) -> None:
         """Seal the write head (the caller holds the store's lock)."""

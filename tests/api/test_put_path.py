@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgcask
 from msgcask.db import _MAX_PENDING
@@ -40,6 +41,47 @@ def test_put_completes_while_another_thread_holds_the_stores_lock(store_path: Pa
         assert done_while_held, "a put waited for the store's lock"
         assert len(q) == 4
         assert [m.body for m in q.browse()] == [b"first", b"p0", b"p1", b"p2"]
+
+
+def test_put_completes_while_the_stores_lock_writes_earlier_puts_to_the_index(
+    store_path: Path,
+) -> None:
+    # Taking the store's lock writes the pending entries (CatchUpLock); each
+    # index call lets go of the interpreter, and a put that gets it meanwhile
+    # must not find the append lock held.
+    with msgcask.open(store_path, sync_interval=3600, compaction_interval=None) as store:
+        q = store.queue("q")
+        q.put(b"first")  # creates the queue: later puts take only the append lock
+        q.put(b"second")
+        assert store._pending, "the second put should have left its entry pending"
+        writing, release = threading.Event(), threading.Event()
+        add_many = store._catalog.add_many
+
+        def slow_add_many(*args: Any, **kwargs: Any) -> None:
+            if threading.current_thread() is holder:
+                writing.set()
+                release.wait(60)
+            add_many(*args, **kwargs)
+
+        store._catalog.add_many = slow_add_many  # type: ignore[method-assign]
+
+        def hold() -> None:
+            with store._lock:  # catches up: stops inside slow_add_many
+                pass
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert writing.wait(30), "taking the store's lock did not write the pending entry"
+        putter = threading.Thread(target=lambda: [q.put(b"p%d" % i) for i in range(3)])
+        putter.start()
+        putter.join(30)
+        done_while_writing = not putter.is_alive()
+        release.set()
+        holder.join(30)
+        putter.join(30)
+        store._catalog.add_many = add_many  # type: ignore[method-assign]
+        assert done_while_writing, "a put waited while earlier puts were written to the index"
+        assert [m.body for m in q.browse()] == [b"first", b"second", b"p0", b"p1", b"p2"]
 
 
 def test_puts_left_for_the_index_stay_bounded(store_path: Path) -> None:
