@@ -96,8 +96,10 @@ def run_one(cfg: RunConfig, name: str, compaction: bool, base: str) -> dict[str,
     settle = 0.0
     if name == MSGCASK and compaction:
         # The schedule may be a pass or two behind when the workload stops; "final" is
-        # after it had two more turns, "end" is the moment the workload stopped.
-        settle = 2 * cfg.compaction_interval + 0.1
+        # after it had three more turns, "end" is the moment the workload stopped. A
+        # store settles in the second pass that starts after the writes stop (the
+        # first still sees them), which two turns did not always let finish.
+        settle = 3 * cfg.compaction_interval + 0.1
         time.sleep(settle)
     sampler.stop()
     if bar is not None:
