@@ -127,6 +127,14 @@ def test_threshold_one_rewrites_every_file_with_any_dead_byte() -> None:
     assert p.rewrite == [1]
 
 
+def test_deferred_files_are_not_rewritten_but_still_deleted_whole() -> None:
+    # Deferred: still being consumed (the runner's ``_draining``).
+    files = [view(1, live=SIZE // 4), view(2, live=SIZE // 4), view(3)]
+    p = plan(files, threshold=0.5, budget=BIG_BUDGET, small_file=SMALL, defer=frozenset({1, 3}))
+    assert (p.reclaim, p.rewrite) == ([3], [2])
+    assert sorted(run(files).rewrite) == [1, 2]
+
+
 def test_active_head_is_never_rewritten_however_empty() -> None:
     p = run([view(1, live=10, active=True, age=1e6)], threshold=1.0)
     assert p.rewrite == []

@@ -281,6 +281,40 @@ def test_a_quiet_store_settles_to_its_live_data_even_in_a_small_head(tmp_path: P
         assert (m.id, m.body) == (kept, b"k" * 500)
 
 
+def test_a_file_still_being_consumed_is_left_to_later_scheduled_passes(
+    tmp_path: Path,
+) -> None:
+    # Copying the rest of a file a consumer is taking writes copies that are soon
+    # dead: a scheduled pass leaves a file whose live messages fell since the
+    # previous one began, and rewrites it once a pass finds it unchanged.
+    # compact() takes it at once.
+    with _open(tmp_path / "store") as store:
+        q = store.queue("q")
+        for _ in range(200):  # three sealed files and the head
+            q.put(b"m" * 1000)
+        sealed = sorted(f.file_id for f in store.stats().files if f.kind == "journal")[:3]
+
+        def kept(file_id: int) -> bool:
+            return any(f.file_id == file_id for f in store.stats().files)
+
+        def consume(n: int) -> None:
+            for _ in range(n):
+                q.ack(q.get(block=False))
+
+        store._compactor.run(background=True)  # the first look at every file
+        consume(45)  # two thirds of the first file
+        store._compactor.run(background=True)
+        assert kept(sealed[0]), _files(store)
+        store._compactor.run(background=True)  # unchanged since the last pass
+        assert not kept(sealed[0]), _files(store)
+        consume(18 + 45)  # the rest of the first file's messages, two thirds of the second
+        store.compact()
+        assert not kept(sealed[1]), _files(store)
+        assert store.verify() == []
+        assert len(q) == 200 - 45 - 18 - 45
+        assert all(m.body == b"m" * 1000 for m in q.browse())
+
+
 def test_the_index_file_shrinks_back_after_a_backlog_drains(tmp_path: Path) -> None:
     with _open(tmp_path / "store") as store:
         q = store.queue("backlog")

@@ -136,6 +136,7 @@ def plan(
     min_gain: int = 0,
     hard_budget: bool = False,
     read_budget: int | None = None,
+    defer: frozenset[int] = frozenset(),
 ) -> Plan:
     """Choose what one pass does.
 
@@ -149,9 +150,11 @@ def plan(
     in the room left under ``max_store_size``).
     ``read_budget``: bytes of victims a pass may read (the first victim is
     always allowed); None for no limit.
+    ``defer``: files not to rewrite in this pass (they are still being
+    consumed); they are deleted whole all the same once nothing in them is needed.
     """
     reclaim = sorted(f.file_id for f in files if f.reclaimable)
-    sealed = [f for f in files if not f.active and not f.reclaimable]
+    sealed = [f for f in files if not f.active and not f.reclaimable and f.file_id not in defer]
     sparse = [f for f in sealed if f.live_ratio < threshold and f.dead_bytes >= min_gain]
     small = [f for f in sealed if f.size < small_file and f not in sparse]
     if len(small) < 2:

@@ -40,6 +40,8 @@ class Compactor:
         self._written_at_last_start = 0
         self._written_at_last_run = -1  # journal bytes when the last run began
         self._written_at_last_urgent = 0  # the same when ``urgent`` last said yes
+        # Live messages per file when the last scheduled pass began (``_draining``).
+        self._live_at_last_run: dict[int, int] = {}
         # Files found with damaged records: never rewrite victims again (they are
         # still deleted whole once nothing in them is needed).
         self._damaged: set[int] = set()
@@ -64,6 +66,7 @@ class Compactor:
         *,
         hard: bool = False,
         read_files: int = _READ_BUDGET_FILES,
+        defer: frozenset[int] = frozenset(),
     ) -> policy.Plan:
         with self._store._lock:
             views = self._views()
@@ -76,7 +79,18 @@ class Compactor:
             min_gain=policy.min_gain_for(max_file_size),
             hard_budget=hard,
             read_budget=read_files * max_file_size,
+            defer=defer,
         )
+
+    def _draining(self) -> frozenset[int]:
+        """Files with fewer live messages than when the last scheduled pass began:
+        consumers are taking them now, so what a rewrite would copy out of them is
+        likely consumed before long (a dead copy in a compacted file). A file
+        stops counting once a pass finds it unchanged."""
+        with self._store._lock:
+            now = {a.file_id: a.live_messages for a in self._store._acct.files.values()}
+        before, self._live_at_last_run = self._live_at_last_run, now
+        return frozenset(f for f, n in now.items() if n < before.get(f, n))
 
     def _reclaim_all(self, threshold: float, budget: int) -> tuple[int, int]:
         files = freed = 0
@@ -103,7 +117,10 @@ class Compactor:
         with self._mutex:
             self._store._check_open()  # close() may have run while this waited
             idle = self._idle_since_last_run()
-            report = self._pass(threshold, budget, idle=idle, read_files=read_files)
+            # Only scheduled passes leave draining files for later: compact() and
+            # space pressure want all they can get now.
+            defer = self._draining() if background else frozenset()
+            report = self._pass(threshold, budget, idle=idle, read_files=read_files, defer=defer)
             self._store._shrink_index_if_sparse(idle=idle)
             return report
 
@@ -205,6 +222,7 @@ class Compactor:
         *,
         idle: bool = False,
         read_files: int = _READ_BUDGET_FILES,
+        defer: frozenset[int] = frozenset(),
     ) -> CompactionReport:
         store = self._store
         threshold = store.options.compaction_threshold if threshold is None else threshold
@@ -213,7 +231,7 @@ class Compactor:
         limit, hard = self._budget(budget)
         deleted, freed = self._reclaim_all(threshold, limit)
         limit, hard = self._budget(budget)  # deletions made room
-        plan = self._plan(threshold, limit, hard=hard, read_files=read_files)
+        plan = self._plan(threshold, limit, hard=hard, read_files=read_files, defer=defer)
         rewritten = copied = 0
         if plan.rewrite:
             # Files drained while the victims are read go at once, not after the
