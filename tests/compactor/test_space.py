@@ -315,6 +315,26 @@ def test_a_file_still_being_consumed_is_left_to_later_scheduled_passes(
         assert all(m.body == b"m" * 1000 for m in q.browse())
 
 
+def test_near_the_space_bound_a_scheduled_pass_takes_files_still_being_consumed(
+    tmp_path: Path,
+) -> None:
+    # Every file keeps one message in ten and has just been drained of the rest:
+    # all are still being consumed, and disk use is far past the bound, where space
+    # comes first.
+    with _open(tmp_path / "store") as store:
+        keep, q = store.queue("keep"), store.queue("q")
+        for i in range(400):
+            (keep if i % 10 == 0 else q).put(b"m" * 1000)
+        store._compactor.run(background=True)  # the first look at every file
+        for _ in range(360):
+            q.ack(q.get(block=False))
+        assert store._compactor.near_bound()
+        report = store._compactor.run(background=True)
+        assert report.files_rewritten >= 2, (report, _files(store))
+        assert store.verify() == []
+        assert len(keep) == 40 and len(q) == 0
+
+
 def test_the_index_file_shrinks_back_after_a_backlog_drains(tmp_path: Path) -> None:
     with _open(tmp_path / "store") as store:
         q = store.queue("backlog")

@@ -117,9 +117,14 @@ class Compactor:
         with self._mutex:
             self._store._check_open()  # close() may have run while this waited
             idle = self._idle_since_last_run()
-            # Only scheduled passes leave draining files for later: compact() and
-            # space pressure want all they can get now.
-            defer = self._draining() if background else frozenset()
+            # Only scheduled passes leave draining files for later, and not near
+            # the space bound (space first): compact() and space pressure want all
+            # they can get now.
+            defer: frozenset[int] = frozenset()
+            if background:
+                draining = self._draining()  # looked at every time: it keeps the counts
+                if not self.near_bound():
+                    defer = draining
             report = self._pass(threshold, budget, idle=idle, read_files=read_files, defer=defer)
             self._store._shrink_index_if_sparse(idle=idle)
             return report
