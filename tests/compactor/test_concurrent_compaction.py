@@ -161,3 +161,40 @@ def _live(store: msgcask.Store) -> dict[int, tuple[bytes, str | None]]:
         for name in store.queues()
         for m in store.queue(name).browse()
     }
+
+
+def test_verify_during_a_pass_waits_for_it_instead_of_reporting_its_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pass publishes its compacted file before the index knows it; a verify
+    # that ran in between would call the copy an orphan.
+    from msgcask.compactor import rewrite
+
+    with msgcask.open(tmp_path / "store", max_file_size=MFS, compaction_interval=None) as store:
+        q = store.queue("q")
+        for _ in range(130):
+            q.put(b"m" * 1000)
+        for _ in range(100):
+            q.ack(q.get(block=False))
+        published, release = threading.Event(), threading.Event()
+        write_output = rewrite._write_output
+
+        def stop_after_publishing(*args: object) -> object:
+            out = write_output(*args)  # type: ignore[arg-type]
+            published.set()
+            release.wait(60)
+            return out
+
+        monkeypatch.setattr(rewrite, "_write_output", stop_after_publishing)
+        compacting = threading.Thread(target=store.compact)
+        compacting.start()
+        assert published.wait(30), "the pass did not get to its copy"
+        problems: list[str] = []
+        verifying = threading.Thread(target=lambda: problems.extend(store.verify()))
+        verifying.start()
+        verifying.join(2)  # time for a verify that does not wait to finish
+        release.set()
+        compacting.join(30)
+        verifying.join(30)
+        assert problems == []
+        assert store.verify() == [] and len(q) == 30
