@@ -367,6 +367,30 @@ def test_an_idle_store_shrinks_its_index_sooner(tmp_path: Path) -> None:
         assert len(q) == 10 and store.verify() == []
 
 
+def test_a_drained_index_shrinks_without_waiting_for_the_next_scheduled_pass(
+    tmp_path: Path,
+) -> None:
+    # Tiny messages in one big write head: the drain leaves no data file worth a
+    # pass, only a sparse index, and the next scheduled pass is an hour away.
+    with msgcask.open(
+        tmp_path / "store", max_file_size=8 * 2**20, compaction_interval=3600
+    ) as store:
+        q = store.queue("backlog")
+        for _ in range(5000):
+            q.put(b"b" * 10)
+        store.sync()
+        full = store.stats().index_bytes
+        for _ in range(5000):
+            q.ack(q.get(block=False))
+        store.sync()
+        deadline = time.monotonic() + 30
+        while store.stats().index_bytes > full // 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        drained = store.stats().index_bytes
+        assert drained <= full // 4, (full, drained)
+        assert store.stats().data_files == 1 and store.verify() == []
+
+
 # -- (e) any workload: data <= (live + needed) / t + K files ----------------------------
 
 # K, from compactor/policy.py, once passes at threshold t have nothing left to do (one

@@ -129,6 +129,19 @@ class Compactor:
             self._store._shrink_index_if_sparse(idle=idle)
             return report
 
+    def shrink_index_between_passes(self) -> None:
+        """Shrink the index file now if it is sparse, unless a pass is running
+        (it shrinks the index when it ends). The pass that deletes a drained
+        backlog's files usually runs before the drain ends, while the index
+        still holds its last entries; without this the index would keep its
+        size until the next scheduled pass."""
+        if not self._mutex.acquire(blocking=False):
+            return
+        try:
+            self._store._shrink_index_if_sparse()
+        finally:
+            self._mutex.release()
+
     def pass_lock(self) -> threading.Lock:
         """The lock a pass holds from start to end: holding it waits for a
         running pass and keeps new ones from starting."""
