@@ -143,18 +143,25 @@ def test_cli_module_imports_nothing_heavy() -> None:
 def test_space_bound_is_checked_at_every_sample_after_the_first_pass() -> None:
     mib = 2**20
 
-    def sample(passes: int, data: int, live: int) -> dict[str, int]:
-        return {"compaction_passes": passes, "data_bytes": data, "live_bytes": live}
+    def sample(passes: int, data: int, live: int, index: int = 0) -> dict[str, int]:
+        return {
+            "compaction_passes": passes,
+            "data_bytes": data,
+            "live_bytes": live,
+            "index_bytes": index,
+        }
 
     samples = [
         sample(0, 50 * mib, 1 * mib),  # before the first pass: not counted
         sample(1, 5 * mib, 1 * mib),  # bound at t=0.5: 2 + 3 = 5 MiB
         sample(2, 5 * mib + 1, 1 * mib),
-        sample(3, 3 * mib, 0),
+        sample(3, 3 * mib, 0, index=mib),  # within it without the index only
+        sample(4, 2 * mib, 0, index=mib),
     ]
     assert space_bound_check(samples, 0.5, mib) == {
-        "samples_after_first_pass": 3,
+        "samples_after_first_pass": 4,
         "samples_over_bound": 1,
+        "samples_over_bound_with_index": 2,
     }
     peers = [{"compaction_passes": None, "data_bytes": None, "live_bytes": None}]
     assert space_bound_check(peers, 0.5, mib) == {}
@@ -165,6 +172,9 @@ def test_summary_reports_the_space_bound_for_msgcask_runs(run_tiny: Run) -> None
     (msgcask_run,) = [r for r in doc["runs"] if r["compaction_on"]]
     space = msgcask_run["space"]
     assert 0 <= space["samples_over_bound"] <= space["samples_after_first_pass"]
+    assert 0 <= space["samples_over_bound_with_index"] <= space["samples_after_first_pass"]
+    assert space["samples_over_bound"] <= space["samples_over_bound_with_index"]
     assert "space bound (data <= live / threshold + 3 files): exceeded in" in summary(doc)
+    assert "counting the index file too, in" in summary(doc)
     sqlite_run = next(r for r in doc["runs"] if r["subject"] == "sqlite3")
     assert "samples_over_bound" not in sqlite_run["space"]

@@ -121,7 +121,8 @@ def summary(doc: dict[str, Any]) -> str:
             parts.append(
                 f"{r['label']}: space bound (data <= live / threshold + 3 files): exceeded in "
                 f"{r['space']['samples_over_bound']} of {r['space']['samples_after_first_pass']} "
-                "samples after the first pass"
+                "samples after the first pass; counting the index file too, in "
+                f"{r['space']['samples_over_bound_with_index']}"
             )
         for e in r["errors"]:
             parts.append(f"{r['label']}: error: {e}")

@@ -106,8 +106,9 @@ def space_bound_check(
     samples: list[dict[str, Any]], threshold: float, max_file_size: int
 ) -> dict[str, int]:
     """How many samples after the first compaction pass had more data-file bytes
-    than ``live_bytes / threshold + BOUND_FILES`` data files (msgcask runs only:
-    peers have no such counts)."""
+    than ``live_bytes / threshold + BOUND_FILES`` data files, and how many had
+    more than that counting the index file too (msgcask runs only: peers have no
+    such counts)."""
     after = [
         s
         for s in samples
@@ -115,14 +116,19 @@ def space_bound_check(
         and s.get("data_bytes") is not None
         and s.get("live_bytes") is not None
     ]
-    over = [
-        s
-        for s in after
-        if s["data_bytes"] > s["live_bytes"] / threshold + BOUND_FILES * max_file_size
-    ]
     if not after:
         return {}
-    return {"samples_after_first_pass": len(after), "samples_over_bound": len(over)}
+
+    def over(s: dict[str, Any], used: int) -> bool:
+        return bool(used > s["live_bytes"] / threshold + BOUND_FILES * max_file_size)
+
+    return {
+        "samples_after_first_pass": len(after),
+        "samples_over_bound": sum(over(s, s["data_bytes"]) for s in after),
+        "samples_over_bound_with_index": sum(
+            over(s, s["data_bytes"] + (s.get("index_bytes") or 0)) for s in after
+        ),
+    }
 
 
 def ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
