@@ -799,17 +799,14 @@ class Store:
         would otherwise keep its size on disk). An ``idle`` store (no journal
         writes since the last pass) shrinks sooner: no foreground call waits."""
         with self._lock:
-            if self._closed or self._commit_hold or not self._index_sparse(idle):
+            if self._closed or self._commit_hold:
+                return
+            used, total = self._env.pages()
+            ratio = _SHRINK_RATIO_IDLE if idle else _SHRINK_RATIO
+            if total - used < _SHRINK_MIN_FREE_PAGES or total < ratio * used:
                 return
             self._commit_index(force=True)
             self._env.shrink()
-
-    def _index_sparse(self, idle: bool = False) -> bool:
-        """Whether the index file is mostly free pages, so that a shrink is worth
-        it (the caller holds the store's lock)."""
-        used, total = self._env.pages()
-        ratio = _SHRINK_RATIO_IDLE if idle else _SHRINK_RATIO
-        return total - used >= _SHRINK_MIN_FREE_PAGES and total >= ratio * used
 
     def _forget_queues(self, names: list[str]) -> None:
         """Undo the creation of queues by a call that failed before writing."""

@@ -40,6 +40,7 @@ class Compactor:
         self._written_at_last_start = 0
         self._written_at_last_run = -1  # journal bytes when the last run began
         self._written_at_last_urgent = 0  # the same when ``urgent`` last said yes
+        self._written_at_last_shrink_check = -1  # the same when the index was last looked at
         # Live messages per file when the last scheduled pass began (``_draining``).
         self._live_at_last_run: dict[int, int] = {}
         # Files found with damaged records: never rewrite victims again (they are
@@ -134,11 +135,16 @@ class Compactor:
         (it shrinks the index when it ends). The pass that deletes a drained
         backlog's files usually runs before the drain ends, while the index
         still holds its last entries; without this the index would keep its
-        size until the next scheduled pass."""
+        size until the next scheduled pass. Looks only if the journal was written
+        since it last looked: an idle store's index does not change."""
+        written = self._store._journal.bytes_written
+        if written == self._written_at_last_shrink_check:
+            return
         if not self._mutex.acquire(blocking=False):
             return
         try:
             self._store._shrink_index_if_sparse()
+            self._written_at_last_shrink_check = written
         finally:
             self._mutex.release()
 
