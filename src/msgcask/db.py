@@ -277,6 +277,7 @@ class Store:
             new_file_id=self._allocate_file_id,
             id_floor=lambda: self._next_id,
             on_new_file=self._register_journal_file,
+            append_lock=self._append_lock,
             # Preallocated space would count against max_store_size: a limited
             # store's puts take the checked path and plain writes.
             map_chunk=(

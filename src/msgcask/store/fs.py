@@ -14,7 +14,11 @@ advances a chunk at a time, and each chunk is allocated (``posix_fallocate``)
 before it is mapped: a full disk then fails the allocation with ENOSPC,
 where a store into a hole of a mapped file would kill the process with SIGBUS.
 Until the file is sealed its tail past the last record is zero bytes, which
-no reader takes for a record (store/format.py).
+no reader takes for a record (store/format.py). Before each fsync of the head
+the pages already written are unmapped (``unmap_written``): an fsync
+write-protects every dirty page that is still mapped, and for each one it
+interrupts every other CPU running this process to flush its TLB, which stalls
+a put running there as often as there are pages.
 
 ``crash_point(name)`` marks the places where a crash is most interesting
 (before and after each fsync, swap and delete of a compaction). A process run
@@ -31,6 +35,9 @@ import os
 import signal
 
 TEMP_SUFFIX = ".tmp"
+# Written bytes of the head's map before an fsync unmaps them: fewer pages cost
+# fewer interrupts than mapping them again costs.
+UNMAP_WRITTEN_AFTER = 64 * 1024
 
 _crash_at = os.environ.get("MSGCASK_CRASH_AT", "")
 
@@ -59,9 +66,9 @@ class DataFile:
         self.fd = fd
         self.size = size
         self._chunk = 0  # bytes mapped at a time; 0: appends use pwrite
-        self._map: mmap.mmap | None = None
-        self._map_start = 0
-        self._map_end = 0
+        # (map, first byte, end) of the mapped part, replaced as one object: a
+        # reader on another thread never pairs one map with another's bounds.
+        self._window: tuple[mmap.mmap, int, int] | None = None
         self._allocated = size  # file length, preallocated tail included
 
     def map_appends(self, chunk: int) -> None:
@@ -82,15 +89,15 @@ class DataFile:
         """
         offset = self.size
         end = offset + len(data)
-        if (
-            single_record
-            and self._chunk
-            and (end <= self._map_end or self._advance_map(offset, end))
-        ):
-            assert self._map is not None
-            self._map[offset - self._map_start : end - self._map_start] = data
-            self.size = end
-            return offset
+        if single_record and self._chunk:
+            window = self._window
+            if window is None or end > window[2]:
+                window = self._advance_map(offset, end)
+            if window is not None:
+                mapped, start, _ = window
+                mapped[offset - start : end - start] = data
+                self.size = end
+                return offset
         view = memoryview(data)
         written = 0
         while written < len(view):
@@ -102,31 +109,41 @@ class DataFile:
         self._allocated = max(self._allocated, self.size)
         return offset
 
-    def _advance_map(self, offset: int, end: int) -> bool:
-        """Map the chunk that ``offset`` starts, allocated on disk first; False
-        (pwrite it) if ``end`` lies beyond it. Raises OSError (ENOSPC) if the
-        disk cannot hold the chunk."""
+    def _advance_map(self, offset: int, end: int) -> tuple[mmap.mmap, int, int] | None:
+        """Map from the page holding ``offset`` to the end of the allocated tail,
+        or if ``end`` lies beyond that, a new chunk allocated on disk first; None
+        (pwrite it) if ``end`` lies beyond the chunk too. Raises OSError (ENOSPC)
+        if the disk cannot hold the chunk."""
         self._unmap()
         start = offset - offset % mmap.ALLOCATIONGRANULARITY
-        if end > start + self._chunk:
-            return False
+        stop = self._allocated if end <= self._allocated else start + self._chunk
+        if end > stop:
+            return None
         try:
-            os.posix_fallocate(self.fd, start, self._chunk)
+            # Cheap where already allocated, and a file reopened after a crash may
+            # have holes: a store into one would fault with SIGBUS on a full disk.
+            os.posix_fallocate(self.fd, start, stop - start)
         except OSError as e:
             if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                 raise
             self._chunk = 0  # a file system without allocation: plain writes
-            return False
-        self._allocated = max(self._allocated, start + self._chunk)
-        self._map = mmap.mmap(self.fd, self._chunk, offset=start)
-        self._map_start, self._map_end = start, start + self._chunk
-        return True
+            return None
+        self._allocated = max(self._allocated, stop)
+        self._window = (mmap.mmap(self.fd, stop - start, offset=start), start, stop)
+        return self._window
 
     def _unmap(self) -> None:
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-            self._map_start = self._map_end = 0
+        window, self._window = self._window, None
+        if window is not None:
+            window[0].close()
+
+    def unmap_written(self) -> None:
+        """Unmap the pages written so far, if there are enough of them to matter
+        (see the module's docstring); the next append maps the rest again. Call
+        under the lock that serialises appends, before an fsync."""
+        window = self._window
+        if window is not None and self.size - window[1] >= UNMAP_WRITTEN_AFTER:
+            self._unmap()
 
     def trim(self) -> None:
         """Give back the allocated tail past the last byte written."""
@@ -136,12 +153,14 @@ class DataFile:
             self._allocated = self.size
 
     def read(self, offset: int, size: int) -> bytes:
-        if (
-            self._map is not None
-            and self._map_start <= offset
-            and offset + size <= min(self._map_end, self.size)
-        ):  # a fresh record: no system call either
-            return self._map[offset - self._map_start : offset - self._map_start + size]
+        window = self._window
+        if window is not None:
+            mapped, start, stop = window
+            if start <= offset and offset + size <= min(stop, self.size):
+                # A fresh record: no system call either. An append on another
+                # thread may unmap it meanwhile (ValueError): the file has it.
+                with contextlib.suppress(ValueError):
+                    return mapped[offset - start : offset - start + size]
         return os.pread(self.fd, size, offset)
 
     def read_all(self) -> bytes:

@@ -2,7 +2,8 @@
 
 Appends happen under the store's append lock (see msgcask/db.py). The head
 is written through a memory map ``map_chunk`` bytes at a time (store/fs.py),
-and trimmed to its last record when sealed. Syncing needs no lock: ``sync_to``
+its written pages are unmapped before it is fsynced, and it is trimmed to its
+last record when sealed. Syncing needs no lock: ``sync_to``
 implements group commit, where one waiting thread fsyncs on behalf of every
 thread whose records were written before the fsync started, so N threads in
 ``sync="always"`` pay for far fewer than N fsyncs.
@@ -14,6 +15,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from msgcask.errors import Error
 from msgcask.store import codec
@@ -38,12 +40,16 @@ class Journal:
         id_floor: Callable[[], int],
         on_new_file: Callable[[int, DataFile], None],
         map_chunk: int = 0,
+        append_lock: AbstractContextManager[object] | None = None,
     ):
         self.fs = fs
         self.directory = directory
         self.head_id = head_id
         self.head = head
         self._map_chunk = map_chunk
+        # The lock appends are made under (the store's), taken here only to
+        # unmap the head's written pages before an fsync (store/fs.py).
+        self._append_lock = append_lock if append_lock is not None else contextlib.nullcontext()
         if map_chunk:
             head.map_appends(map_chunk)
         # (file, id) swapped as one object, so a thread syncing without the
@@ -155,6 +161,8 @@ class Journal:
                 target = (file_id, handle.size)
                 self._sync_cond.release()
                 try:
+                    with self._append_lock:
+                        handle.unmap_written()
                     handle.fsync()
                 finally:
                     self._sync_cond.acquire()
