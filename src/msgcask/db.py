@@ -515,7 +515,8 @@ class Store:
     def _append(self, data: bytes, *, single_record: bool = False) -> Position:
         """Append to the journal (the caller holds the store's lock)."""
         with self._append_lock:
-            self._apply_pending()  # a roll-over may follow
+            if self._pending and not self._journal.fits(len(data)):
+                self._apply_pending()  # a roll-over follows
             return self._append_locked(data, may_commit=True, single_record=single_record)
 
     def _append_locked(
