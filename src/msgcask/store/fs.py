@@ -120,8 +120,8 @@ class DataFile:
         if end > stop:
             return None
         try:
-            # Cheap where already allocated, and a file reopened after a crash may
-            # have holes: a store into one would fault with SIGBUS on a full disk.
+            # Cheap where the range is allocated already (a map made again after
+            # ``unmap_written``); called either way, so every mapped byte is.
             os.posix_fallocate(self.fd, start, stop - start)
         except OSError as e:
             if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
