@@ -239,7 +239,7 @@ def test_a_read_of_a_page_unmapped_meanwhile_reads_the_file(store_path: Path) ->
         q = store.queue("q")
         q.put(b"first")
         handle = store._journal.head
-        offset, size = handle.size, 0
+        offset = handle.size
         q.put(b"second")
         size = handle.size - offset
         expected = handle.read(offset, size)

@@ -15,7 +15,6 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 
 from msgcask.errors import Error
 from msgcask.store import codec
@@ -40,7 +39,7 @@ class Journal:
         id_floor: Callable[[], int],
         on_new_file: Callable[[int, DataFile], None],
         map_chunk: int = 0,
-        append_lock: AbstractContextManager[object] | None = None,
+        append_lock: contextlib.AbstractContextManager[object] | None = None,
     ):
         self.fs = fs
         self.directory = directory
