@@ -140,6 +140,20 @@ class TestAdd:
         assert cat.lookup(2) == Live(STATE_LIVE, qb, 9, 2, 82, 60, 0, 0)
         assert cat.lookup(3) == Live(STATE_LIVE, qa, 0, 2, 142, 70, 2, 0)
 
+    @pytest.mark.parametrize("n", [1, 2, 3, 5])
+    def test_add_many_writes_what_add_writes_whatever_the_batch_size(
+        self, cat: Catalog, n: int
+    ) -> None:
+        # Small batches take one put per entry, bigger ones a putmulti per table.
+        qa, qb = cat.queue_id("a"), cat.queue_id("b")
+        items = [(i, (qa, qb)[i % 2], i % 10, 32 + 100 * i, 50 + i, i % 3) for i in range(1, n + 1)]
+        cat.add_many(2, items, fresh=True)
+        for msg_id, qid, prio, offset, size, deliveries in items:
+            assert cat.lookup(msg_id) == Live(STATE_LIVE, qid, prio, 2, offset, size, deliveries, 0)
+        expected = sorted(items, key=lambda i: keys.order_key(i[1], i[2], i[0]))
+        assert order(cat) == [i[0] for i in expected]
+        check(cat, {2: (sum(i[4] for i in items), n, 0, 0)})
+
     def test_replayed_add_many_skips_known_ids(self, cat: Catalog) -> None:
         qa = cat.queue_id("a")
         cat.add_many(2, [(1, qa, 4, 32, 50, 0)], fresh=True)

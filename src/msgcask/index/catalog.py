@@ -15,6 +15,11 @@ from msgcask.index.accounting import Accounting, FileAccount, IdRanges
 from msgcask.index.env import IndexEnv
 from msgcask.index.keys import STATE_LIVE, Acked, Live
 
+# Entries from which one cursor's putmulti per table beats a put per entry:
+# opening the two cursors costs about as much as two puts (a consumer that
+# keeps up writes one entry at a time).
+_PUTMULTI_FROM = 3
+
 
 class Catalog:
     def __init__(self, env: IndexEnv, acct: Accounting):
@@ -152,10 +157,15 @@ class Catalog:
             for m, q, p, o, n, d in items
         ]
         order = [(keys.order_key(q, p, m), b"") for m, q, p, _, _, _ in items]
-        with txn.cursor(db=self.env.msgs) as cur:
-            cur.putmulti(live)
-        with txn.cursor(db=self.env.order) as cur:
-            cur.putmulti(order)
+        if len(items) < _PUTMULTI_FROM:
+            for (mkey, value), (okey, _) in zip(live, order, strict=True):
+                txn.put(mkey, value, db=self.env.msgs)
+                txn.put(okey, b"", db=self.env.order)
+        else:
+            with txn.cursor(db=self.env.msgs) as cur:
+                cur.putmulti(live)
+            with txn.cursor(db=self.env.order) as cur:
+                cur.putmulti(order)
         stats = self.acct[file_id]
         for _, qid, _, _, size, _ in items:
             stats.live_bytes += size
