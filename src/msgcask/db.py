@@ -824,12 +824,16 @@ class Store:
         """Write puts and acks as one all-or-nothing batch; return the new ids."""
         self._pacer.calls += 1
         encoded = [(p, codec.encode_headers(p.headers)) for p in puts]
-        estimate = (
-            sum(codec.put_record_size(p.queue.encode(), h, len(p.body)) for p, h in encoded)
-            + (len(acks) + 1) * 32
+        size = (
+            codec.BATCH_RECORD_SIZE
+            + sum(codec.put_record_size(p.queue.encode(), h, len(p.body)) for p, h in encoded)
+            + len(acks) * codec.ACK_RECORD_SIZE
         )
-        self._check_record_size(estimate)
-        self._ensure_room(estimate)
+        self._check_record_size(size)
+        # Acks alone only free space: like a plain ack, they go past max_store_size
+        # (a full store must stay consumable).
+        if puts:
+            self._ensure_room(size)
         with self._lock, self._append_lock:
             self._check_open()
             seen: set[int] = set()
@@ -860,8 +864,8 @@ class Store:
             header = codec.encode_batch_header(len(records), length)
             put_bytes = sum(len(r) for r in records[: len(puts)])
             try:
-                self._check_record_size(len(header) + length)
-                self._check_fits(len(header) + length)
+                if puts:
+                    self._check_fits(size)
                 file_id, offset = self._append(header + b"".join(records))
             except BaseException:
                 if created:  # a failed call changes nothing, not even the queue list

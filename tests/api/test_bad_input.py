@@ -17,6 +17,8 @@ import pytest
 import xxhash
 
 import msgcask
+from msgcask.store import codec
+from msgcask.store import format as fmt
 
 Snapshot = Callable[..., dict[str, Any]]
 BadCall = Callable[[msgcask.Store, Any], object]
@@ -165,6 +167,19 @@ def test_message_bigger_than_a_data_file_is_rejected(store_path: Path, snapshot:
         assert mid > max(m.id for m in q.browse() if m.body != b"after")
     finally:
         store.close()
+
+
+def test_a_batch_may_fill_a_data_file_to_the_last_byte(store_path: Path) -> None:
+    # A BATCH record, then one PUT record: exactly a data file after its header.
+    room = SMALL_FILE - fmt.FILE_HEADER_SIZE - codec.BATCH_RECORD_SIZE
+    fixed = codec.put_record_size(b"q", codec.encode_headers(None), 0)
+    with msgcask.open(store_path, max_file_size=SMALL_FILE, compaction_interval=None) as store:
+        q = store.queue("q")
+        with pytest.raises(msgcask.MessageTooLargeError, match=f"record of {SMALL_FILE - 31} "):
+            q.put_many([b"x" * (room - fixed + 1)])
+        [mid] = q.put_many([b"x" * (room - fixed)])
+        m = q.get(block=False)
+        assert (m.id, len(m.body)) == (mid, room - fixed)
 
 
 def test_message_too_large_is_a_msgcask_error() -> None:
@@ -348,7 +363,6 @@ class TestDeadLetteringNearTheSizeLimit:
     def test_copy_that_fits_only_without_the_origin_headers_goes_without_them(
         self, store_path: Path
     ) -> None:
-        from msgcask.store import codec
 
         batch_overhead = 2 * 32  # the BATCH header and the ACK, as _write_batch counts them
         size = (
@@ -370,7 +384,6 @@ class TestDeadLetteringNearTheSizeLimit:
     def test_copy_that_cannot_fit_is_refused_and_the_message_stays_delivered(
         self, store_path: Path, snapshot: Snapshot
     ) -> None:
-        from msgcask.store import codec
 
         size = self.LIMIT - codec.put_record_size(b"q", codec.encode_headers({}), 0)
         with self._open(store_path) as store:
@@ -620,6 +633,30 @@ class TestStoreFull:
             assert len(q) == full_at
         finally:
             store.close()
+
+    def test_a_full_store_takes_acks_in_a_transaction_as_it_takes_plain_ones(
+        self, store_path: Path
+    ) -> None:
+        store = msgcask.open(
+            store_path, max_file_size=SMALL_FILE, max_store_size=self.LIMIT, sync="never"
+        )
+        try:
+            q = store.queue("q")
+            for size in (3000, 300, 30, 1):  # fill up to the last few bytes
+                with pytest.raises(msgcask.StoreFullError):
+                    while True:
+                        q.put(b"x" * size)
+            live = len(q)
+            first, second, third = (q.get(block=False) for _ in range(3))
+            q.ack(first)
+            with store.transaction() as tx:  # acks only: nothing to refuse
+                tx.ack(second)
+                tx.ack(third)
+            assert len(q) == live - 3
+        finally:
+            store.close()
+        with msgcask.open(store_path, max_file_size=SMALL_FILE) as store:
+            assert len(store.queue("q")) == live - 3
 
     def test_dead_data_never_causes_store_full(self, store_path: Path) -> None:
         # Live data stays under half the limit while several limits' worth is written.

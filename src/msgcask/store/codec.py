@@ -93,6 +93,11 @@ def put_record_size(queue: bytes, headers: bytes, body_len: int) -> int:
     return fmt.RECORD_HEADER_SIZE + fmt.PUT_FIXED_SIZE + len(queue) + len(headers) + body_len
 
 
+# The sizes of the records ``encode_ack`` and ``encode_batch_header`` return.
+ACK_RECORD_SIZE = fmt.RECORD_HEADER_SIZE + fmt.ACK_PAYLOAD.size
+BATCH_RECORD_SIZE = fmt.RECORD_HEADER_SIZE + fmt.BATCH_PAYLOAD.size
+
+
 # ACK and DELIVER records are written once per message each: packed in one go.
 _ACK_REST = struct.Struct("<IBQ")
 _DELIVER_REST = struct.Struct("<IBQH")
