@@ -155,7 +155,10 @@ def why_kept(path: str, file_id: int, max_file_size: int | None) -> None:
     "--threshold",
     type=click.FloatRange(0, 1, min_open=True),  # lets NaN through: checked below
     default=None,
-    help="Rewrite files whose live fraction is below this (default: the store's).",
+    help=(
+        "Rewrite files whose live fraction is below this (default: 0.5, the default "
+        "compaction_threshold; an application's own setting is not stored in the store)."
+    ),
 )
 @MAX_FILE_SIZE
 def compact(path: str, threshold: float | None, max_file_size: int | None) -> None:
