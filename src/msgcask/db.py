@@ -99,6 +99,19 @@ ID_BLOCK_AFTER_CRASH = 2**20
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
+# Stores open in this process. A child forked from it gets copies of their
+# locks, index and write head, which belong to the parent: the child's copies
+# are disowned at once (see Store._disown).
+_open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
+
+
+def _disown_after_fork() -> None:
+    for store in list(_open_stores):
+        store._disown()
+
+
+os.register_at_fork(after_in_child=_disown_after_fork)
+
 
 def _index_errors(method: _Method) -> _Method:
     """Re-raise LMDB failures of a Store method as IndexFailedError (the index
@@ -213,6 +226,8 @@ class Store:
             self._lock_file.release()
             raise
         self._closed = False
+        self._forked_from: int | None = None  # the opener's pid, in a forked child
+        _open_stores.add(self)
         try:
             self._start_background()
         except BaseException:
@@ -398,7 +413,30 @@ class Store:
 
     def _check_open(self) -> None:
         if self._closed:
+            if self._forked_from is not None:
+                raise ClosedError(
+                    f"the store at {self.path} was opened by process {self._forked_from}, "
+                    f"which this process ({os.getpid()}) was forked from: its lock, index and "
+                    "files belong to that process. Open the store here instead, after that "
+                    "process closes it (or open it only after forking)"
+                )
             raise ClosedError(f"the store at {self.path} is closed; open it again to use it")
+
+    def _disown(self) -> None:
+        """In a child forked from the process that opened the store: every call
+        raises ClosedError from now on, and ``close()`` does nothing, since the
+        parent's files, index and lock (shared with it through the fork) are
+        the parent's to write and release."""
+        if self._closed:
+            return
+        self._forked_from = os.getppid()
+        self._closed = True
+        # Threads are not forked: a parent thread holding one of these locks at
+        # the fork would hold the child's copy for ever. Fresh ones let every
+        # call reach the check that raises.
+        self._pending = []
+        self._lock = CatchUpLock(self._apply_pending)
+        self._append_lock = threading.RLock()
 
     # -- background flushing -------------------------------------------------------
 

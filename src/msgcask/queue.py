@@ -63,6 +63,7 @@ class Queue:
         prio = validate.priority(priority)
         pending = [_PendingPut(self.name, validate.body(b), hdrs, prio) for b in bodies]
         if not pending:
+            self._store._check_open()  # nothing to write, but a closed store says so
             return []
         try:
             return self._store._write_batch(pending, [])
