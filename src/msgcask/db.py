@@ -218,6 +218,8 @@ class Store:
         os.makedirs(self.path, exist_ok=True)
         self._fs = _fs or FileSystem()
         self._closed = True
+        self._forked_from: int | None = None  # the opener's pid, in a forked child
+        self._selecting: int | None = None  # the thread running a get's selector
         self._committed_position: Position | None = None  # journal position of the last commit
         self._lock_file = StoreLock(os.path.join(self.path, LOCK_FILE))
         try:
@@ -226,7 +228,6 @@ class Store:
             self._lock_file.release()
             raise
         self._closed = False
-        self._forked_from: int | None = None  # the opener's pid, in a forked child
         _open_stores.add(self)
         try:
             self._start_background()
@@ -356,6 +357,8 @@ class Store:
         Messages delivered but not acked come back, redelivered, on the next
         open. Calling close twice is harmless.
         """
+        if self._selecting == threading.get_ident():
+            self._check_open()  # raises: a selector's close() would wait for its own get
         if self._closed:
             return
         self._scheduler.shutdown()
@@ -412,6 +415,12 @@ class Store:
         )
 
     def _check_open(self) -> None:
+        if self._selecting is not None and self._selecting == threading.get_ident():
+            raise Error(
+                "a selector must not call the store: it runs in the middle of a get, with the "
+                "store locked. Decide from the headers it is given alone, and act on the "
+                "message after get() returns"
+            )
         if self._closed:
             if self._forked_from is not None:
                 raise ClosedError(
@@ -774,7 +783,7 @@ class Store:
             if msg_id:
                 return msg_id
         with self._lock, self._append_lock:
-            if self._closed:
+            if self._closed or self._selecting is not None:
                 self._check_open()
             rt = self._queues.get(name)
             created = rt is None and name not in self._catalog.queue_ids
@@ -809,7 +818,7 @@ class Store:
         if rt is None:
             return 0
         with self._append_lock:
-            if self._closed:
+            if self._closed or self._selecting is not None:
                 self._check_open()
             if (
                 self._queues.get(name) is not rt  # deleted meanwhile
@@ -997,7 +1006,9 @@ class Store:
                     continue
                 entry = self._catalog.lookup(msg_id)
                 put = self._read_put(msg_id, entry) if isinstance(entry, Live) else None
-                if put is None or (selector is not None and not selector(put.headers)):
+                if put is None or (
+                    selector is not None and not self._run_selector(selector, put.headers)
+                ):
                     continue
                 assert isinstance(entry, Live)
                 self._set_cursor(rt, selector, bytes(key))
@@ -1005,6 +1016,14 @@ class Store:
         if last_key is not None:
             self._set_cursor(rt, selector, bytes(last_key))
         return None
+
+    def _run_selector(self, selector: Selector, headers: dict[str, str]) -> bool:
+        """``selector(headers)``; a store call it makes raises (``_check_open``)."""
+        self._selecting = threading.get_ident()
+        try:
+            return bool(selector(headers))
+        finally:
+            self._selecting = None
 
     @staticmethod
     def _set_cursor(rt: _QueueRuntime, selector: Selector | None, key: bytes) -> None:
@@ -1069,7 +1088,7 @@ class Store:
     def _ack(self, name: str, target: object) -> None:
         self._pacer.calls += 1
         with self._lock:
-            if self._closed:
+            if self._closed or self._selecting is not None:
                 self._check_open()
             _, msg_id = self._resolve_delivered(name, target)
             file_id, _ = self._append(codec.encode_ack(msg_id), single_record=True)

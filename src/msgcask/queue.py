@@ -79,7 +79,8 @@ class Queue:
         """Deliver the next available message.
 
         ``selector(headers) -> bool`` skips messages it rejects (pass the same
-        callable each time: the queue remembers where it got to). The message
+        callable each time: the queue remembers where it got to). It runs with
+        the store locked and must not call the store (msgcask.Error). The message
         stays invisible to other consumers until ``ack`` or ``nack``.
 
         Raises ``msgcask.Empty`` (also a ``queue.Empty``) if nothing is

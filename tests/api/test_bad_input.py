@@ -678,3 +678,52 @@ def test_path_of_wrong_type_is_refused(tmp_path: Path, path: object) -> None:
     with pytest.raises(TypeError):
         msgcask.open(path)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+SELECTOR_CALLS: dict[str, Callable[[msgcask.Store, msgcask.Queue, msgcask.Message], object]] = {
+    "queue": lambda s, q, m: s.queue("new"),
+    "sync": lambda s, q, m: s.sync(),
+    "put": lambda s, q, m: q.put(b"c"),
+    "put_many": lambda s, q, m: q.put_many([b"c"]),
+    "get": lambda s, q, m: q.get(block=False),
+    "ack": lambda s, q, m: q.ack(m),
+    "nack": lambda s, q, m: q.nack(m),
+    "len": lambda s, q, m: len(q),
+    "purge": lambda s, q, m: q.purge(),
+    "delete_queue": lambda s, q, m: s.delete_queue("q"),
+    "stats": lambda s, q, m: s.stats(),
+    "compact": lambda s, q, m: s.compact(),
+    "transaction": lambda s, q, m: s.transaction().__enter__().put("q", b"c"),
+    "close": lambda s, q, m: s.close(),
+}
+
+
+@pytest.mark.parametrize("call", sorted(SELECTOR_CALLS))
+def test_a_selector_that_calls_the_store_fails_its_get_and_changes_nothing(
+    store_path: Path, snapshot: Snapshot, call: str
+) -> None:
+    # A selector runs in the middle of a get, with the store locked and an index
+    # cursor open: a call back into the store could commit under it or wait for itself.
+    store = msgcask.open(store_path)
+    try:
+        q = store.queue("q")
+        q.put(b"delivered")
+        q.put(b"a", headers={"t": "x"})
+        q.put(b"b", headers={"t": "y"})
+        delivered = q.get(block=False)
+
+        def selector(headers: dict[str, str]) -> bool:
+            SELECTOR_CALLS[call](store, q, delivered)
+            return True
+
+        before = snapshot(store, store_path)
+        with pytest.raises(msgcask.Error, match="a selector must not call the store"):
+            q.get(block=False, selector=selector)
+        assert snapshot(store, store_path) == before
+        assert q.get(block=False).body == b"a"  # the store still works
+        q.ack(delivered)
+    finally:
+        store.close()
+    with msgcask.open(store_path) as reopened:
+        assert reopened.recovery.mode == "clean"  # the index was not given up
+        assert [m.body for m in reopened.queue("q").browse()] == [b"a", b"b"]
