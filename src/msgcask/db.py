@@ -170,6 +170,18 @@ class _PendingPut:
     msg_id: int = 0  # reserved by a transaction; 0 = assign when written
 
 
+def _check_default_dead_letter_name(name: str) -> None:
+    """The default dead-letter queue, DLQ.<name>, must itself be a valid name,
+    or dead letters would land in a queue no call can open."""
+    try:
+        validate.queue_name(f"DLQ.{name}")
+    except ValueError as e:
+        raise ValueError(
+            f"the default dead-letter queue of {name!r}, DLQ.<name>, is not a valid "
+            f"queue name ({e}); pass dead_letter_queue= with a shorter name"
+        ) from None
+
+
 def _check_store_path(path: str) -> None:
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotAStoreError(f"{path} is a file, not a store directory")
@@ -220,6 +232,8 @@ class Store:
         self._closed = True
         self._forked_from: int | None = None  # the opener's pid, in a forked child
         self._selecting: int | None = None  # the thread running a get's selector
+        # store.queue()'s max_deliveries and dead_letter_queue, by queue name.
+        self._queue_settings: dict[str, tuple[int | None, str | None]] = {}
         self._committed_position: Position | None = None  # journal position of the last commit
         self._lock_file = StoreLock(os.path.join(self.path, LOCK_FILE))
         try:
@@ -654,7 +668,8 @@ class Store:
 
         ``max_deliveries``: after that many deliveries a nacked message moves to
         ``dead_letter_queue`` (default ``"DLQ.<name>"``). Settings given here
-        apply to this open store; they are not stored on disk.
+        apply to this open store; they are not stored on disk. One left out
+        keeps what an earlier call set, and they outlive ``delete_queue``.
         """
         validate.queue_name(name)
         max_deliveries = validate.optional_positive_int("max_deliveries", max_deliveries)
@@ -667,24 +682,19 @@ class Store:
             validate.queue_name(dead_letter_queue)
             if dead_letter_queue == name:
                 raise ValueError("a queue cannot be its own dead-letter queue")
-        elif max_deliveries is not None:
-            # The default name must itself be a valid name, or dead letters
-            # would land in a queue no call can open.
-            try:
-                validate.queue_name(f"DLQ.{name}")
-            except ValueError as e:
-                raise ValueError(
-                    f"the default dead-letter queue of {name!r}, DLQ.<name>, is not a valid "
-                    f"queue name ({e}); pass dead_letter_queue= with a shorter name"
-                ) from None
         with self._lock:
             self._check_open()
+            # What is left out keeps what an earlier call set.
+            earlier_max, earlier_dlq = self._queue_settings.get(name, (None, None))
+            if max_deliveries is None:
+                max_deliveries = earlier_max
+            if dead_letter_queue is None:
+                dead_letter_queue = earlier_dlq
+            if dead_letter_queue is None and max_deliveries is not None:
+                _check_default_dead_letter_name(name)
+            self._queue_settings[name] = (max_deliveries, dead_letter_queue)
             rt = self._runtime(name)
-            if max_deliveries is not None:
-                rt.max_deliveries = max_deliveries
-                rt.dead_letter_queue = dead_letter_queue or f"DLQ.{name}"
-            elif dead_letter_queue is not None:
-                rt.dead_letter_queue = dead_letter_queue
+            rt.max_deliveries, rt.dead_letter_queue = max_deliveries, dead_letter_queue
         from msgcask.queue import Queue
 
         return Queue(self, name)
@@ -698,6 +708,9 @@ class Store:
                 # Queues are not journaled: commit now so a crash keeps the new queue.
                 self._commit_index()
             rt = _QueueRuntime(name, name.encode(), qid, threading.Condition(self._lock))  # type: ignore[arg-type]
+            # Settings outlive a delete_queue: a put through an old handle brings
+            # the queue back as it was set up.
+            rt.max_deliveries, rt.dead_letter_queue = self._queue_settings.get(name, (None, None))
             self._queues[name] = rt
         return rt
 

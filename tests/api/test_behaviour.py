@@ -298,6 +298,29 @@ class TestRedelivery:
             assert d.body == b"poison" and dict(d.headers)["x-original-id"] == str(old)
             assert len(store.queue("work")) == 0
 
+    def test_settings_left_out_of_a_later_queue_call_keep_what_was_set(
+        self, store: msgcask.Store
+    ) -> None:
+        store.queue("work", max_deliveries=1, dead_letter_queue="parking")
+        store.queue("work", max_deliveries=1)  # no dead_letter_queue: still "parking"
+        q = store.queue("work")  # nothing: still max_deliveries=1
+        q.put(b"poison")
+        q.nack(q.get(block=False))
+        assert [m.body for m in store.queue("parking").browse()] == [b"poison"]
+        assert "DLQ.work" not in store.queues()
+
+    def test_a_handle_brings_its_deleted_queue_back_with_its_settings(
+        self, store: msgcask.Store
+    ) -> None:
+        q = store.queue("work", max_deliveries=2)
+        q.put(b"old")
+        store.delete_queue("work")
+        q.put(b"poison")  # the queue is back, and so is its max_deliveries
+        q.nack(q.get(block=False))
+        q.nack(q.get(block=False))
+        assert len(q) == 0
+        assert [m.body for m in store.queue("DLQ.work").browse()] == [b"poison"]
+
     def test_queue_without_max_deliveries_never_dead_letters(self, store: msgcask.Store) -> None:
         q = store.queue("q")
         mid = q.put(b"x")
