@@ -21,6 +21,18 @@ def body(value: object) -> bytes:
     )
 
 
+def _utf8(text: str, what: str) -> bytes:
+    """``text`` in UTF-8; ValueError if it cannot be (a lone surrogate)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{what} {text[:40]!r} is not valid Unicode text: it holds a lone surrogate "
+            "(as str from bytes decoded with errors='surrogateescape' does); pass text "
+            "that encodes to UTF-8"
+        ) from None
+
+
 def headers(value: object) -> dict[str, str] | None:
     if value is None:
         return None
@@ -33,8 +45,10 @@ def headers(value: object) -> dict[str, str] | None:
                 f"headers must map str to str; got {type(key).__name__} -> "
                 f"{type(val).__name__} for {key!r} (convert values with str())"
             )
-        if len(key.encode()) > 0xFFFF:
+        if len(_utf8(key, "header name")) > 0xFFFF:
             raise ValueError(f"header name {key[:20]!r}... is longer than 65535 bytes")
+        if not val.isascii():
+            _utf8(val, f"the value of header {key[:40]!r},")
         out[key] = val
     if len(out) > 0xFFFF:
         raise ValueError("a message can carry at most 65535 headers")
@@ -52,7 +66,7 @@ def priority(value: object) -> int:
 def queue_name(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"queue name must be a str, got {type(value).__name__}")
-    encoded = value.encode("utf-8", errors="strict")
+    encoded = _utf8(value, "queue name")
     if not encoded:
         raise ValueError("queue name must not be empty")
     if len(encoded) > fmt.MAX_QUEUE_NAME_BYTES:

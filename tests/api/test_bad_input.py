@@ -727,3 +727,35 @@ def test_a_selector_that_calls_the_store_fails_its_get_and_changes_nothing(
     with msgcask.open(store_path) as reopened:
         assert reopened.recovery.mode == "clean"  # the index was not given up
         assert [m.body for m in reopened.queue("q").browse()] == [b"a", b"b"]
+
+
+SURROGATE_CALLS: dict[str, BadCall] = {
+    "header_value": lambda s, q: q.put(b"x", headers={"name": "caf\udce9"}),
+    "header_name": lambda s, q: q.put(b"x", headers={"caf\udce9": "v"}),
+    "put_many_header": lambda s, q: q.put_many([b"x"], headers={"name": "\ud800"}),
+    "queue_name": lambda s, q: s.queue("caf\udce9"),
+    "dead_letter_queue": lambda s, q: s.queue("new", dead_letter_queue="\ud800"),
+}
+
+
+@pytest.mark.parametrize("call", SURROGATE_CALLS.values(), ids=SURROGATE_CALLS.keys())
+def test_text_that_is_not_utf8_is_refused_with_a_reason(
+    seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot, call: BadCall
+) -> None:
+    store, q = seeded
+    before = snapshot(store, store_path)
+    with pytest.raises(ValueError, match="lone surrogate") as raised:
+        call(store, q)
+    assert not isinstance(raised.value, UnicodeError)
+    assert snapshot(store, store_path) == before
+
+
+def test_a_transaction_refuses_text_that_is_not_utf8_at_the_put(
+    seeded: tuple[msgcask.Store, Any],
+) -> None:
+    store, _ = seeded
+    with store.transaction() as tx:
+        kept = tx.put("orders", b"kept")
+        with pytest.raises(ValueError, match="lone surrogate"):
+            tx.put("orders", b"refused", headers={"name": "caf\udce9"})
+    assert kept in [m.id for m in store.queue("orders").browse()]
