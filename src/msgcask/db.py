@@ -57,7 +57,7 @@ from msgcask.index.accounting import FileAccount
 from msgcask.index.catalog import Catalog
 from msgcask.index.env import IndexEnv, boot_id, remove_index
 from msgcask.index.keys import STATE_ACKED, Live
-from msgcask.message import Message
+from msgcask.message import Message, delivered_message_type
 from msgcask.options import Options, check_threshold
 from msgcask.stats import CompactionReport, FileStats, KeptReport, StoreStats
 from msgcask.store import codec
@@ -275,7 +275,10 @@ class Store:
         self._io_failure = ""  # set when an fsync failed: writes are refused
         self._index_broken = False  # an LMDB failure: the index is discarded at close
         self._queues: dict[str, _QueueRuntime] = {}
-        self._inflight: dict[int, _QueueRuntime] = {}
+        # Delivered and unacked: id -> (queue, delivery count of that delivery).
+        self._inflight: dict[int, tuple[_QueueRuntime, int]] = {}
+        # The type of this open store's deliveries (see delivered_message_type).
+        self._message_type = delivered_message_type()
         self._next_id = max(recovery.max_msg_id + 1, env.get_u64(keys.META_NEXT_ID, 1))
         if recovery.report.unclean:
             # Ids handed out just before a crash may be lost with their records (a
@@ -990,8 +993,10 @@ class Store:
         deliveries = min(entry.deliveries + 1, fmt.MAX_DELIVERIES_COUNTED)
         file_id, _ = self._append(codec.encode_deliver(msg_id, deliveries), single_record=True)
         self._catalog.deliver(msg_id, deliveries, file_id, entry)
-        self._inflight[msg_id] = rt
-        return Message(msg_id, rt.name, put.body, put.headers, entry.priority, deliveries)
+        self._inflight[msg_id] = (rt, deliveries)
+        return self._message_type(
+            msg_id, rt.name, put.body, put.headers, entry.priority, deliveries
+        )
 
     def _find_next(
         self, rt: _QueueRuntime, selector: Selector | None
@@ -1091,12 +1096,33 @@ class Store:
                 f"expected a Message or a message id (int), got {type(target).__name__}"
             )
         rt = self._queues.get(name)
-        if rt is None or self._inflight.get(msg_id) is not rt:
+        held = self._inflight.get(msg_id)
+        if rt is None or held is None or held[0] is not rt:
             raise ValueError(
                 f"message {msg_id} is not delivered-and-unacked on queue {name!r}; only "
                 "messages returned by get() on this queue can be acked or nacked, once"
             )
+        if isinstance(target, Message):
+            self._check_delivery(target)
         return rt, msg_id
+
+    def _check_delivery(self, message: Message) -> None:
+        """Refuse a Message another store delivered (ids repeat across stores),
+        or one of an earlier delivery of a message delivered again since: acking
+        it would consume a delivery its consumer never saw (the caller holds the
+        store's lock)."""
+        if type(message) is not self._message_type and type(message) is not Message:
+            raise ValueError(
+                f"message {message.id} was delivered by another store, or by an earlier "
+                f"open of {self.path}: ack or nack it through the store that delivered it"
+            )
+        held = self._inflight.get(message.id)
+        if held is not None and held[1] != message.deliveries:
+            raise ValueError(
+                f"this Message is delivery {message.deliveries} of message {message.id}, "
+                f"which was delivered again since (delivery {held[1]}): ack or nack the "
+                "latest delivery's Message (or the message's id)"
+            )
 
     def _ack(self, name: str, target: object) -> None:
         self._pacer.calls += 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 
 class Message(NamedTuple):
@@ -32,3 +32,21 @@ class Message(NamedTuple):
             f"deliveries={self.deliveries}, headers={self.headers!r}, "
             f"body=<{len(self.body)} bytes>)"
         )
+
+
+def delivered_message_type() -> type[Message]:
+    """A subclass of Message of its own, for the deliveries of one open store.
+
+    Message ids repeat across stores, so the type is what lets ``ack`` and
+    ``nack`` refuse a Message another store delivered. It costs nothing per
+    message. A copy or a pickle of one is a plain Message (whose origin is not
+    known, and which is taken at its word).
+    """
+
+    def __reduce__(self: Message) -> tuple[type[Message], tuple[object, ...]]:
+        return Message, tuple(self)
+
+    return cast(
+        "type[Message]",
+        type("Message", (Message,), {"__slots__": (), "__reduce__": __reduce__}),
+    )

@@ -97,7 +97,11 @@ class Queue:
             raise self._store._index_failed(e) from e
 
     def ack(self, message: Message | int) -> None:
-        """Consume a delivered message for good (ValueError if it is not delivered)."""
+        """Consume a delivered message for good.
+
+        ValueError if it is not delivered, or if ``message`` is a Message of an
+        earlier delivery (the message was delivered again since) or one another
+        store delivered (ids repeat across stores)."""
         try:
             self._store._ack(self.name, message)
         except lmdb.Error as e:

@@ -53,6 +53,9 @@ class Transaction:
     def ack(self, message: Message | int) -> None:
         self._check_usable()
         if isinstance(message, Message):
+            with self._store._lock:
+                self._store._check_open()
+                self._store._check_delivery(message)
             self._acks.append(message.id)
         elif isinstance(message, int) and not isinstance(message, bool):
             self._acks.append(message)

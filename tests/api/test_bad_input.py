@@ -7,6 +7,7 @@ that raises *after* writing something is caught as well as one that does not rai
 
 from __future__ import annotations
 
+import pickle
 import struct
 import threading
 from collections.abc import Callable
@@ -759,3 +760,47 @@ def test_a_transaction_refuses_text_that_is_not_utf8_at_the_put(
         with pytest.raises(ValueError, match="lone surrogate"):
             tx.put("orders", b"refused", headers={"name": "caf\udce9"})
     assert kept in [m.id for m in store.queue("orders").browse()]
+
+
+def test_an_earlier_delivery_of_a_message_cannot_be_acked(store: msgcask.Store) -> None:
+    q = store.queue("q")
+    q.put(b"x")
+    first = q.get(block=False)
+    q.nack(first)
+    second = q.get(block=False)
+    assert second.id == first.id and second.deliveries == 2
+    for settle in (q.ack, q.nack):
+        with pytest.raises(ValueError, match="delivered again since"):
+            settle(first)
+    with store.transaction() as tx, pytest.raises(ValueError, match="delivered again since"):
+        tx.ack(first)
+    assert len(q) == 1
+    q.ack(second)
+    assert len(q) == 0
+
+
+def test_a_message_another_store_delivered_cannot_be_acked(tmp_path: Path) -> None:
+    with msgcask.open(tmp_path / "a") as a, msgcask.open(tmp_path / "b") as b:
+        qa, qb = a.queue("jobs"), b.queue("jobs")
+        qa.put(b"A")
+        qb.put(b"B")
+        from_a, from_b = qa.get(block=False), qb.get(block=False)
+        assert (from_a.id, from_a.deliveries) == (from_b.id, from_b.deliveries)
+        with pytest.raises(ValueError, match="another store"):
+            qb.ack(from_a)
+        with pytest.raises(ValueError, match="another store"):
+            qb.nack(from_a)
+        assert len(qb) == 1
+        qb.ack(from_b)
+        assert len(qb) == 0
+
+
+def test_a_delivered_message_pickles_and_copies_as_a_plain_message(store: msgcask.Store) -> None:
+    q = store.queue("q")
+    q.put(b"x", headers={"k": "v"})
+    m = q.get(block=False)
+    copied = pickle.loads(pickle.dumps(m))
+    assert type(copied) is msgcask.Message and copied == m
+    assert repr(copied) == repr(m)
+    q.ack(copied)  # a copy's origin is not known: taken at its word
+    assert len(q) == 0
