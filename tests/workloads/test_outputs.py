@@ -8,12 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from workload_sizes import Run
 
 from msgcask.cli.bench import bench, demo
 from msgcask.workloads.report import summary, table
 from msgcask.workloads.result import space_bound_check
+from msgcask.workloads.subjects.msgcask_store import MsgcaskSubject
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -57,7 +59,7 @@ def test_bench_command(tmp_path: Path) -> None:
             "--max-file-size",
             "64KiB",
             "--peers",
-            "sqlite3,nope",
+            "sqlite3",
             "--out",
             str(out),
             "--workdir",
@@ -70,7 +72,6 @@ def test_bench_command(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "put/s" in result.output and "sqlite3" in result.output
-    assert "skipped nope: unknown peer" in result.output
     assert (out / "steady.json").is_file()
     assert _is_png(str(out / "steady-space.png"))
 
@@ -98,10 +99,38 @@ def test_bench_one_cpu_runs_every_thread_on_one_cpu(tmp_path: Path) -> None:
     assert doc["params"]["one_cpu"] is True
 
 
-def test_bench_rejects_bad_values(tmp_path: Path) -> None:
-    result = CliRunner().invoke(bench, ["steady", "--size", "4", "--out", str(tmp_path)])
-    assert result.exit_code != 0
-    assert "size must be at least 16" in result.output
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--size", "4"], "size must be at least 16"),
+        (["--size", "2MiB"], "do not fit in a data file of 1048576 bytes"),
+        (["--size", "1GiB"], "do not fit in a data file"),
+        (["--size-mix", "--max-file-size", "64KiB"], "bodies of 65536 bytes do not fit"),
+        (["--peers", "sqlite3,sqlite"], "unknown peer 'sqlite'"),
+    ],
+)
+def test_bench_rejects_bad_values_before_running(
+    tmp_path: Path, args: list[str], says: str
+) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(bench, ["steady", "-n", "10", *args, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert says in result.output
+    assert not out.exists()
+
+
+def test_bench_exits_1_when_a_run_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing_put(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the disk is on fire")
+
+    monkeypatch.setattr(MsgcaskSubject, "put", failing_put)
+    out = tmp_path / "out"
+    args = ["steady", "-n", "100", "--peers", "none", "--no-reopen", "--no-plots"]
+    result = CliRunner().invoke(bench, [*args, "--out", str(out), "--workdir", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert "the disk is on fire" in result.output
+    assert "some runs failed" in result.output
+    assert (out / "steady.json").is_file()  # the result is written all the same
 
 
 def test_demo_command(tmp_path: Path) -> None:

@@ -274,6 +274,7 @@ def bench(
     click.echo(f"result: {path}")
     if any(r["status"] == "failed" for r in doc["runs"]):
         click.echo("some runs failed; see the errors above", err=True)
+        raise SystemExit(1)
 
 
 @click.command()
@@ -345,3 +346,6 @@ def demo(
         )
     click.echo(f"result: {path}")
     click.echo(f"demo took {time.monotonic() - start:.0f} s; files in {os.path.abspath(out)}")
+    if any(r["status"] == "failed" for r in doc["runs"]):
+        click.echo("some runs failed; see the errors above", err=True)
+        raise SystemExit(1)

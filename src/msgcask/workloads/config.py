@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msgcask.options import Options
+from msgcask.workloads.payload import SIZE_MIX
 
 WORKLOAD_NAMES = (
     "steady",
@@ -21,6 +22,10 @@ WORKLOAD_NAMES = (
 SYNC_MODES = ("always", "periodic", "never")
 
 MiB = 2**20
+# Bytes of a data file kept for what a message adds to its body: the file and
+# record headers, the queue name and the headers a workload sets (a dead-letter
+# copy's included).
+RECORD_ROOM = 512
 
 
 @dataclass
@@ -69,6 +74,13 @@ class RunConfig:
             raise ValueError("compaction must be on, off or both")
         if self.size < 16:
             raise ValueError("size must be at least 16 bytes (the body carries its index)")
+        largest = max(s for s, _ in SIZE_MIX) if self.size_mix else self.size
+        if largest + RECORD_ROOM > self.max_file_size:
+            raise ValueError(
+                f"bodies of {largest} bytes do not fit in a data file of {self.max_file_size} "
+                f"bytes with their record's header and headers ({RECORD_ROOM} bytes kept for "
+                "them): lower the size or raise max_file_size"
+            )
         for name in (
             "messages",
             "batch",

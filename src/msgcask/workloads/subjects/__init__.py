@@ -42,4 +42,11 @@ def parse_peers(spec: str) -> list[str]:
         return []
     if spec == "all":
         return list(PEERS)
-    return [p.strip() for p in spec.split(",") if p.strip()]
+    names = [p.strip() for p in spec.split(",") if p.strip()]
+    unknown = [n for n in names if n not in PEERS]
+    if unknown:
+        raise ValueError(
+            f"unknown peer {', '.join(map(repr, unknown))}: the peers are {', '.join(PEERS)} "
+            "(or 'all', or 'none')"
+        )
+    return names
