@@ -225,9 +225,22 @@ class Store:
             compaction_budget=compaction_budget,
         )
         self._sync_always = self.options.sync == "always"
-        self.path = os.fspath(path)
-        _check_store_path(self.path)
-        os.makedirs(self.path, exist_ok=True)
+        fspath = os.fspath(path)
+        if not isinstance(fspath, str):
+            raise TypeError(
+                f"path must be a str path, got {type(fspath).__name__}; decode it first"
+            )
+        if not fspath:
+            raise ValueError("path must not be empty: pass the store's directory")
+        self.path = fspath
+        try:
+            _check_store_path(self.path)
+            os.makedirs(self.path, exist_ok=True)
+        except OSError as e:
+            raise Error(
+                f"cannot use {self.path} as a store directory: {e.strerror}; check the path "
+                "(every part but the last must be a directory) and its permissions"
+            ) from e
         self._fs = _fs or FileSystem()
         self._closed = True
         self._forked_from: int | None = None  # the opener's pid, in a forked child
@@ -235,11 +248,23 @@ class Store:
         # store.queue()'s max_deliveries and dead_letter_queue, by queue name.
         self._queue_settings: dict[str, tuple[int | None, str | None]] = {}
         self._committed_position: Position | None = None  # journal position of the last commit
-        self._lock_file = StoreLock(os.path.join(self.path, LOCK_FILE))
+        try:
+            self._lock_file = StoreLock(os.path.join(self.path, LOCK_FILE))
+        except OSError as e:
+            raise Error(
+                f"cannot create the lock file of the store at {self.path}: {e.strerror}; "
+                "check the directory's permissions"
+            ) from e
         try:
             self._open()
+        except OSError as e:
+            self._lock_file.release(remove_if_created=True)
+            raise Error(
+                f"cannot open the store at {self.path}: {e}. Check the disk and the "
+                "permissions of the store's files"
+            ) from e
         except BaseException:
-            self._lock_file.release()
+            self._lock_file.release(remove_if_created=True)
             raise
         self._closed = False
         _open_stores.add(self)

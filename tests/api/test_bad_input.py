@@ -804,3 +804,45 @@ def test_a_delivered_message_pickles_and_copies_as_a_plain_message(store: msgcas
     assert repr(copied) == repr(m)
     q.ack(copied)  # a copy's origin is not known: taken at its word
     assert len(q) == 0
+
+
+class _BytesPath:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __fspath__(self) -> bytes:
+        return bytes(self.path)
+
+
+def _open_failures(tmp_path: Path) -> dict[str, tuple[object, type[Exception], str]]:
+    (tmp_path / "a-file").write_bytes(b"")
+    (tmp_path / "dir-named-like-a-data-file" / "0000000009.log").mkdir(parents=True)
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / "0000000001.log").write_bytes(b"not a data file" * 10)
+    return {
+        "under_a_file": (tmp_path / "a-file" / "store", msgcask.Error, "Not a directory"),
+        "empty": ("", ValueError, "must not be empty"),
+        "data_file_is_a_directory": (
+            tmp_path / "dir-named-like-a-data-file",
+            msgcask.Error,
+            "Is a directory",
+        ),
+        "garbage_data_file": (tmp_path / "garbage", msgcask.CorruptionError, "bad magic"),
+        "bytes_path": (_BytesPath(tmp_path / "bytes-store"), TypeError, "str path"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["under_a_file", "empty", "data_file_is_a_directory", "garbage_data_file", "bytes_path"],
+)
+def test_an_open_that_fails_raises_a_msgcask_error_and_changes_nothing(
+    tmp_path: Path, case: str
+) -> None:
+    path, error, says = _open_failures(tmp_path)[case]
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    with pytest.raises(error, match=says) as raised:
+        msgcask.open(path)  # type: ignore[arg-type]
+    assert isinstance(raised.value, (msgcask.Error, ValueError, TypeError))
+    assert not isinstance(raised.value, OSError)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 
@@ -17,6 +18,7 @@ class StoreLock:
 
     def __init__(self, path: str):
         self.path = path
+        self.created = not os.path.exists(path)  # by this open (a failed open removes it)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -31,8 +33,15 @@ class StoreLock:
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
 
-    def release(self) -> None:
+    def release(self, *, remove_if_created: bool = False) -> None:
+        """Give the lock up. ``remove_if_created`` (an open that failed) also
+        removes the file if this open created it, so the failed open leaves
+        the directory as it found it; removed while still locked, so no other
+        opener can have locked this file meanwhile."""
         if self.fd >= 0:
+            if remove_if_created and self.created:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
             os.ftruncate(self.fd, 0)
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
