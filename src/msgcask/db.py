@@ -985,11 +985,12 @@ class Store:
     ) -> Message:
         self._pacer.calls += 1
         deadline = None if timeout is None else time.monotonic() + timeout
+        waits = block and timeout != 0
         with self._lock:
             while True:
                 self._check_open()
                 # A get that waits creates the queue: a put to it must find its waiters.
-                rt = self._runtime(name) if block else self._existing_runtime(name)
+                rt = self._runtime(name) if waits else self._existing_runtime(name)
                 message = None if rt is None else self._deliver_next(rt, selector)
                 if message is not None:
                     return message
@@ -1188,16 +1189,16 @@ class Store:
             self._write_batch([_PendingPut(dlq, put.body, headers, put.priority)], [msg_id])
             return
         except MessageTooLargeError:
-            # A message put near the size limit: keeping it matters more than
-            # the two headers that say where it came from.
+            pass  # a message put near the size limit: keeping it matters more than
+            # the two headers that say where it came from
+        try:
+            self._write_batch([_PendingPut(dlq, put.body, put.headers, put.priority)], [msg_id])
             log.warning(
                 "msgcask: message %d dead-lettered into %r without x-dead-letter-from and "
                 "x-original-id: with them it would not fit in a data file",
                 msg_id,
                 dlq,
             )
-        try:
-            self._write_batch([_PendingPut(dlq, put.body, put.headers, put.priority)], [msg_id])
         except MessageTooLargeError as e:
             raise MessageTooLargeError(
                 f"message {msg_id} is due for dead-lettering into {dlq!r}, but its copy there "

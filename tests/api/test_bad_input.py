@@ -365,7 +365,7 @@ class TestDeadLetteringNearTheSizeLimit:
         self, store_path: Path
     ) -> None:
 
-        batch_overhead = 2 * 32  # the BATCH header and the ACK, as _write_batch counts them
+        batch_overhead = codec.BATCH_RECORD_SIZE + codec.ACK_RECORD_SIZE  # the copy fills the file
         size = (
             self.LIMIT
             - batch_overhead
@@ -383,7 +383,7 @@ class TestDeadLetteringNearTheSizeLimit:
             assert "x-dead-letter-from" not in (m.headers or {})
 
     def test_copy_that_cannot_fit_is_refused_and_the_message_stays_delivered(
-        self, store_path: Path, snapshot: Snapshot
+        self, store_path: Path, snapshot: Snapshot, caplog: pytest.LogCaptureFixture
     ) -> None:
 
         size = self.LIMIT - codec.put_record_size(b"q", codec.encode_headers({}), 0)
@@ -394,6 +394,7 @@ class TestDeadLetteringNearTheSizeLimit:
             before = snapshot(store, store_path)
             with pytest.raises(msgcask.MessageTooLargeError, match="stays delivered"):
                 q.nack(m)
+            assert "dead-lettered" not in caplog.text  # no move is logged that was not made
             assert snapshot(store, store_path) == before
             q.ack(m)  # still delivered, so the consumer can drop it
             assert len(q) == 0

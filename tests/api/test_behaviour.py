@@ -457,6 +457,8 @@ class TestPurgeDelete:
             assert q.purge() == 0
             with pytest.raises(msgcask.Empty):
                 q.get(block=False)
+            with pytest.raises(msgcask.Empty):
+                q.get(timeout=0)  # waits for nothing, so it is a read too
             assert "gone" not in store.queues()
         with msgcask.open(store_path, compaction_interval=None) as store:
             assert "gone" not in store.queues()
