@@ -95,6 +95,16 @@ BAD_VALUE_CALLS: dict[str, BadCall] = {
     "delete_unknown_queue": lambda s, q: s.delete_queue("no-such-queue"),
 }
 
+# Text that cannot be UTF-8: a lone surrogate, as bytes decoded with surrogateescape give.
+SURROGATE_CALLS: dict[str, BadCall] = {
+    "header_value": lambda s, q: q.put(b"x", headers={"name": "caf\udce9"}),
+    "header_name": lambda s, q: q.put(b"x", headers={"caf\udce9": "v"}),
+    "put_many_header": lambda s, q: q.put_many([b"x"], headers={"name": "\ud800"}),
+    "queue_name": lambda s, q: s.queue("caf\udce9"),
+    "dead_letter_queue": lambda s, q: s.queue("new", dead_letter_queue="\ud800"),
+}
+BAD_VALUE_CALLS.update({f"surrogate_{name}": call for name, call in SURROGATE_CALLS.items()})
+
 
 def _in_tx(store: msgcask.Store, body: Callable[[Any], object]) -> None:
     with store.transaction() as tx:
@@ -731,25 +741,14 @@ def test_a_selector_that_calls_the_store_fails_its_get_and_changes_nothing(
         assert [m.body for m in reopened.queue("q").browse()] == [b"a", b"b"]
 
 
-SURROGATE_CALLS: dict[str, BadCall] = {
-    "header_value": lambda s, q: q.put(b"x", headers={"name": "caf\udce9"}),
-    "header_name": lambda s, q: q.put(b"x", headers={"caf\udce9": "v"}),
-    "put_many_header": lambda s, q: q.put_many([b"x"], headers={"name": "\ud800"}),
-    "queue_name": lambda s, q: s.queue("caf\udce9"),
-    "dead_letter_queue": lambda s, q: s.queue("new", dead_letter_queue="\ud800"),
-}
-
-
 @pytest.mark.parametrize("call", SURROGATE_CALLS.values(), ids=SURROGATE_CALLS.keys())
 def test_text_that_is_not_utf8_is_refused_with_a_reason(
-    seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot, call: BadCall
+    seeded: tuple[msgcask.Store, Any], call: BadCall
 ) -> None:
-    store, q = seeded
-    before = snapshot(store, store_path)
+    # That it changes nothing is checked with the other bad values.
     with pytest.raises(ValueError, match="lone surrogate") as raised:
-        call(store, q)
+        call(*seeded)
     assert not isinstance(raised.value, UnicodeError)
-    assert snapshot(store, store_path) == before
 
 
 def test_a_transaction_refuses_text_that_is_not_utf8_at_the_put(
