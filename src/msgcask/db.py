@@ -297,7 +297,6 @@ class Store:
         # (id, queue, priority, file, offset, size) of puts not yet in the index.
         self._pending: list[tuple[int, _QueueRuntime, int, int, int, int]] = []
         self._commit_hold = 0
-        self._io_failure = ""  # set when an fsync failed: writes are refused
         self._index_broken = False  # an LMDB failure: the index is discarded at close
         self._queues: dict[str, _QueueRuntime] = {}
         # Delivered and unacked: id -> (queue, delivery count of that delivery).
@@ -413,6 +412,11 @@ class Store:
             if self._closed:
                 return
             try:
+                if self._journal.sync_failure is not None:
+                    # Already raised to the call whose fsync failed, and nothing
+                    # can be made durable now: the index stays as last committed,
+                    # not marked clean, so the next open recovers from the disk.
+                    return
                 self._sync_journal_to(self._journal.position)
                 if self._index_broken:
                     return  # discarded below; the next open rebuilds it
@@ -488,6 +492,7 @@ class Store:
         self._pending = []
         self._lock = CatchUpLock(self._apply_pending)
         self._append_lock = threading.RLock()
+        self._compactor.forget_pass_after_fork()
 
     # -- background flushing -------------------------------------------------------
 
@@ -497,6 +502,16 @@ class Store:
         watched = self._journal.bytes_written
         watch = _IDLE_WATCH_EVERY if compacting else float("inf")  # nothing to watch for
         while not self._stop.wait(min(max(next_sync - time.monotonic(), 0.0), watch)):
+            if self._journal.sync_failure is not None:
+                # Raised to the call whose fsync failed; what is left to do here
+                # (syncs, passes, which sync before they delete) can only fail too.
+                log.error(
+                    "msgcask: background work in %s stops: an fsync of the journal failed; "
+                    "close the store and reopen it",
+                    self.path,
+                )
+                self._scheduler.pause()
+                return
             try:
                 if time.monotonic() >= next_sync:
                     next_sync = time.monotonic() + self.options.sync_interval
@@ -611,10 +626,11 @@ class Store:
     def _append_locked(
         self, data: bytes, *, may_commit: bool = False, single_record: bool = False
     ) -> Position:
-        if self._io_failure:
+        failure = self._journal.sync_failure
+        if failure is not None:
             raise Error(
-                f"the store at {self.path} refuses writes: an earlier {self._io_failure}. "
-                "Close it, check the disk, and reopen."
+                f"the store at {self.path} refuses writes: an earlier fsync of the journal "
+                f"failed ({failure.strerror}). Close it, check the disk, and reopen."
             )
         if may_commit and self._env.changes > _MAX_CHANGES_PER_COMMIT:
             # Before the write: every earlier operation is fully applied, so the
@@ -637,8 +653,8 @@ class Store:
             self._journal.sync_to(pos)
         except OSError as e:
             # After a failed fsync the OS may have dropped the dirty pages, so a
-            # retry proves nothing: refuse further writes until the store is reopened.
-            self._io_failure = f"fsync of the journal failed ({e.strerror})"
+            # retry proves nothing: the journal keeps the failure, and the store
+            # refuses further writes until it is reopened (_append_locked).
             raise Error(
                 f"fsync of the journal in {self.path} failed ({e.strerror}): what was written "
                 "may not be durable, and the store refuses further writes. Close it, check "
@@ -669,6 +685,7 @@ class Store:
             return
         reserve = self.options.max_file_size
         if self._data_bytes + size + reserve > limit:
+            self._check_open()  # closed (or disowned after a fork): do not wait for a pass
             self._compactor.make_room(size + reserve, limit)
 
     def _check_fits(self, size: int) -> None:

@@ -139,3 +139,37 @@ def test_threads_deliver_every_message_exactly_once(
         verify(store)
     finally:
         store.close()
+
+
+def _put_until_closed(q: msgcask.Queue, started: threading.Barrier) -> None:
+    started.wait()
+    try:
+        while True:
+            q.put(b"x" * 100)
+    except msgcask.ClosedError:
+        pass
+
+
+def test_close_while_sync_always_writers_wait_for_an_fsync_does_not_hang(tmp_path: Path) -> None:
+    # close() syncs holding the append lock; the thread running the writers' shared
+    # fsync takes that lock briefly to unmap the head, and must not wait for it.
+    for round_ in range(20):
+        store = msgcask.open(tmp_path / f"store{round_}", sync="always", compaction_interval=None)
+        q = store.queue("q")
+        started = threading.Barrier(5)
+        writers = [
+            threading.Thread(target=_put_until_closed, args=(q, started), daemon=True)
+            for _ in range(4)
+        ]
+        for t in writers:
+            t.start()
+        started.wait()
+        while len(q) < 50:  # the writers are syncing away
+            threading.Event().wait(0.001)
+        closer = threading.Thread(target=store.close, daemon=True)
+        closer.start()
+        closer.join(60)
+        assert not closer.is_alive(), f"close() hung in round {round_}"
+        for t in writers:
+            t.join(60)
+            assert not t.is_alive(), f"a writer hung in round {round_}"

@@ -89,3 +89,24 @@ def test_a_forked_child_gets_closed_error_and_the_parent_loses_nothing(tmp_path:
         messages = list(reopened.queue("q").browse())
     assert [m.body for m in messages] == [b"waiting", b"after"]
     assert messages[-1].id == after
+
+
+def test_a_forked_child_does_not_wait_for_a_pass_running_in_the_parent(tmp_path: Path) -> None:
+    # A pass in the parent holds the compactor's lock at the fork; the child's copy
+    # of it is never released. A put that must make room would wait for it for ever.
+    kib = 1024
+    store = msgcask.open(
+        tmp_path / "store", max_file_size=64 * kib, max_store_size=256 * kib, sync="never"
+    )
+    try:
+        q = store.queue("q")
+        while store.stats().data_bytes < 200 * kib:  # near enough the cap to make room
+            q.put(b"x" * kib)
+        with store._compactor.pass_lock():  # as a running pass holds it
+            outcomes = run_in_child(
+                {"put": lambda: q.put(b"y" * kib), "verify": store.verify, "compact": store.compact}
+            )
+        for name, out in outcomes.items():
+            assert out.startswith("ClosedError") and "forked" in out, (name, out)
+    finally:
+        store.close()

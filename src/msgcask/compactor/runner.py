@@ -153,6 +153,11 @@ class Compactor:
         running pass and keeps new ones from starting."""
         return self._mutex
 
+    def forget_pass_after_fork(self) -> None:
+        """In a forked child: a pass that held the lock at the fork runs only in
+        the parent, so the child's copy of the lock would never be released."""
+        self._mutex = threading.Lock()
+
     def _idle_since_last_run(self) -> bool:
         """Whether nothing was appended to the journal since the last run began:
         a quiet store, where settling to the live data costs no foreground call."""

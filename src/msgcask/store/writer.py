@@ -24,6 +24,8 @@ from msgcask.store.fs import DataFile, FileSystem, crash_point
 
 Position = tuple[int, int]  # (file id, offset just past the last byte written)
 
+_UNMAP_LOCK_WAIT = 0.01  # seconds a sync waits for the append lock to unmap the head
+
 
 class Journal:
     def __init__(
@@ -39,7 +41,7 @@ class Journal:
         id_floor: Callable[[], int],
         on_new_file: Callable[[int, DataFile], None],
         map_chunk: int = 0,
-        append_lock: contextlib.AbstractContextManager[object] | None = None,
+        append_lock: threading.RLock | None = None,
     ):
         self.fs = fs
         self.directory = directory
@@ -48,7 +50,7 @@ class Journal:
         self._map_chunk = map_chunk
         # The lock appends are made under (the store's), taken here only to
         # unmap the head's written pages before an fsync (store/fs.py).
-        self._append_lock = append_lock if append_lock is not None else contextlib.nullcontext()
+        self._append_lock = append_lock if append_lock is not None else threading.RLock()
         if map_chunk:
             head.map_appends(map_chunk)
         # (file, id) swapped as one object, so a thread syncing without the
@@ -60,6 +62,9 @@ class Journal:
         self._id_floor = id_floor
         self._on_new_file = on_new_file
         self.bytes_written = 0
+        # Set by the first failed fsync, for good: the OS may have dropped the
+        # dirty pages, so no later fsync can prove that what was written is on disk.
+        self.sync_failure: OSError | None = None
         self._durable: Position = (head_id, head.size)
         self._syncing = False
         self._sync_cond = threading.Condition()
@@ -113,7 +118,7 @@ class Journal:
         self.head.trim()  # a sealed file ends at its last record
         if self.fsync_enabled:
             crash_point("journal.before_seal_fsync")
-            self.head.fsync()
+            self._fsync(self.head)
             self._mark_durable(self.position)
         file_id = self._new_file_id()
         path = os.path.join(self.directory, data_file_name(file_id))
@@ -146,10 +151,24 @@ class Journal:
         """fsync everything written so far (callable without the store lock)."""
         self.sync_to(self.position)
 
+    def _fsync(self, handle: DataFile) -> None:
+        """fsync ``handle``; a failure is kept (``sync_failure``) and raised."""
+        if self.sync_failure is not None:
+            raise self.sync_failure
+        try:
+            handle.fsync()
+        except OSError as e:
+            self.sync_failure = e
+            raise
+
     def sync_to(self, pos: Position) -> None:
-        """Return once every byte up to ``pos`` is on disk (group commit)."""
+        """Return once every byte up to ``pos`` is on disk (group commit).
+        Raises OSError if an fsync failed, this one or any before it: the
+        threads waiting for a failed fsync are woken to raise it too."""
         with self._sync_cond:
             while self._durable < pos:
+                if self.sync_failure is not None:
+                    raise self.sync_failure
                 if self._syncing:
                     self._sync_cond.wait()
                     continue
@@ -159,13 +178,20 @@ class Journal:
                 handle, file_id = self._head_state
                 target = (file_id, handle.size)
                 self._sync_cond.release()
+                synced = False
                 try:
-                    with self._append_lock:
-                        handle.unmap_written()
-                    handle.fsync()
+                    # Only briefly: a thread holding the lock may be waiting for
+                    # this very fsync (close() does); the unmap only saves time.
+                    if self._append_lock.acquire(timeout=_UNMAP_LOCK_WAIT):
+                        try:
+                            handle.unmap_written()
+                        finally:
+                            self._append_lock.release()
+                    self._fsync(handle)
+                    synced = True
                 finally:
                     self._sync_cond.acquire()
                     self._syncing = False
-                if target > self._durable:
-                    self._durable = target
-                self._sync_cond.notify_all()
+                    if synced and target > self._durable:
+                        self._durable = target
+                    self._sync_cond.notify_all()
