@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -293,3 +294,36 @@ class TestAppendError:
             (HEADER + 100, fmt.TYPE_PUT),
         ]
         assert len(items) == 2  # and no damage: the partial bytes were overwritten
+
+
+def test_a_sync_whose_head_was_sealed_and_deleted_meanwhile_is_no_failure(
+    tmp_path: Path,
+) -> None:
+    # sync_to takes the head without a lock; before its fsync runs, the head may be
+    # sealed (which fsyncs it) and, once nothing in it is needed, deleted and closed.
+    fs = OneHookFS()
+    h = Harness(tmp_path, fs, max_file_size=1000)
+    h.journal.append(record(1, 600))
+    first = h.journal.head
+
+    def seal_and_delete_the_head() -> None:
+        h.journal.roll_over()  # fsyncs the old head as it seals it
+        first.close()
+
+    fs.hook = seal_and_delete_the_head
+    h.journal.sync()
+    assert h.journal.sync_failure is None
+    h.journal.append(record(2, 600))
+    h.journal.sync()  # the journal still syncs
+    assert fs.synced[h.journal.head.path] == h.journal.head.size
+
+
+class OneHookFS(CountingFS):
+    """Runs ``hook`` once, at the start of the next fsync."""
+
+    hook: Callable[[], None] | None = None
+
+    def before_fsync(self) -> None:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()

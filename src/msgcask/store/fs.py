@@ -170,7 +170,10 @@ class DataFile:
         return self.read(0, self.size)
 
     def fsync(self) -> None:
-        os.fdatasync(self.fd)
+        fd = self.fd  # read once: close() on another thread sets it to -1
+        if fd < 0:
+            raise OSError(errno.EBADF, f"{self.path} is closed")
+        os.fdatasync(fd)
 
     def truncate(self, size: int) -> None:
         self._unmap()  # a map past the end of a file faults when touched

@@ -158,6 +158,10 @@ class Journal:
         try:
             handle.fsync()
         except OSError as e:
+            if handle.fd < 0 and handle is not self._head_state[0]:
+                # A sync took this head without a lock; since then it was sealed,
+                # which fsynced it (roll_over), and deleted, which closed it.
+                return
             self.sync_failure = e
             raise
 
