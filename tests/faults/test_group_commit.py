@@ -14,11 +14,17 @@ import msgcask
 WRITERS = 12
 
 
-def test_concurrent_puts_with_sync_always_share_fsyncs(store_path: Path) -> None:
+def open_always(store_path: Path) -> tuple[FaultyFileSystem, msgcask.Store]:
+    """A sync="always" store over the seam; no background sync or compaction."""
     fs = FaultyFileSystem()
     store = msgcask.Store(
         store_path, _fs=fs, sync="always", sync_interval=3600, compaction_interval=None
     )
+    return fs, store
+
+
+def test_concurrent_puts_with_sync_always_share_fsyncs(store_path: Path) -> None:
+    fs, store = open_always(store_path)
     q = store.queue("q")
     everyone_wrote = threading.Event()
     start = fs.appends
@@ -58,10 +64,7 @@ def test_concurrent_puts_with_sync_always_share_fsyncs(store_path: Path) -> None
 
 
 def test_when_a_shared_fsync_fails_every_writer_waiting_on_it_raises(store_path: Path) -> None:
-    fs = FaultyFileSystem()
-    store = msgcask.Store(
-        store_path, _fs=fs, sync="always", sync_interval=3600, compaction_interval=None
-    )
+    fs, store = open_always(store_path)
     q = store.queue("q")
     everyone_wrote = threading.Event()
     start = fs.appends
