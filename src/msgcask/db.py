@@ -135,8 +135,6 @@ class _QueueRuntime:
     name_bytes: bytes
     qid: int
     cond: threading.Condition
-    max_deliveries: int | None = None
-    dead_letter_queue: str | None = None
     # Order key before which every message is delivered (or gone): get() starts
     # there instead of skipping over the in-flight window each time.
     cursor: bytes | None = None
@@ -233,27 +231,22 @@ class Store:
         if not fspath:
             raise ValueError("path must not be empty: pass the store's directory")
         self.path = fspath
-        try:
-            _check_store_path(self.path)
-            os.makedirs(self.path, exist_ok=True)
-        except OSError as e:
-            raise Error(
-                f"cannot use {self.path} as a store directory: {e.strerror}; check the path "
-                "(every part but the last must be a directory) and its permissions"
-            ) from e
         self._fs = _fs or FileSystem()
         self._closed = True
         self._forked_from: int | None = None  # the opener's pid, in a forked child
         self._selecting: int | None = None  # the thread running a get's selector
-        # store.queue()'s max_deliveries and dead_letter_queue, by queue name.
+        # store.queue()'s max_deliveries and dead_letter_queue, by queue name: kept
+        # apart from the queue's runtime so that they outlive a delete_queue.
         self._queue_settings: dict[str, tuple[int | None, str | None]] = {}
         self._committed_position: Position | None = None  # journal position of the last commit
         try:
+            _check_store_path(self.path)
+            os.makedirs(self.path, exist_ok=True)
             self._lock_file = StoreLock(os.path.join(self.path, LOCK_FILE))
         except OSError as e:
             raise Error(
-                f"cannot create the lock file of the store at {self.path}: {e.strerror}; "
-                "check the directory's permissions"
+                f"cannot use {self.path} as a store directory: {e.strerror}; check the path "
+                "(every part but the last must be a directory) and its permissions"
             ) from e
         try:
             self._open()
@@ -738,8 +731,7 @@ class Store:
             if dead_letter_queue is None and max_deliveries is not None:
                 _check_default_dead_letter_name(name)
             self._queue_settings[name] = (max_deliveries, dead_letter_queue)
-            rt = self._runtime(name)
-            rt.max_deliveries, rt.dead_letter_queue = max_deliveries, dead_letter_queue
+            self._runtime(name)
         from msgcask.queue import Queue
 
         return Queue(self, name)
@@ -753,9 +745,6 @@ class Store:
                 # Queues are not journaled: commit now so a crash keeps the new queue.
                 self._commit_index()
             rt = _QueueRuntime(name, name.encode(), qid, threading.Condition(self._lock))  # type: ignore[arg-type]
-            # Settings outlive a delete_queue: a put through an old handle brings
-            # the queue back as it was set up.
-            rt.max_deliveries, rt.dead_letter_queue = self._queue_settings.get(name, (None, None))
             self._queues[name] = rt
         return rt
 
@@ -1146,20 +1135,19 @@ class Store:
                 "messages returned by get() on this queue can be acked or nacked, once"
             )
         if isinstance(target, Message):
-            self._check_delivery(target)
+            self._check_delivery(target, held)
         return rt, msg_id
 
-    def _check_delivery(self, message: Message) -> None:
+    def _check_delivery(self, message: Message, held: tuple[_QueueRuntime, int] | None) -> None:
         """Refuse a Message another store delivered (ids repeat across stores),
         or one of an earlier delivery of a message delivered again since: acking
-        it would consume a delivery its consumer never saw (the caller holds the
-        store's lock)."""
+        it would consume a delivery its consumer never saw. ``held`` is what
+        ``_inflight`` holds for its id (the caller holds the store's lock)."""
         if type(message) is not self._message_type and type(message) is not Message:
             raise ValueError(
                 f"message {message.id} was delivered by another store, or by an earlier "
                 f"open of {self.path}: ack or nack it through the store that delivered it"
             )
-        held = self._inflight.get(message.id)
         if held is not None and held[1] != message.deliveries:
             raise ValueError(
                 f"this Message is delivery {message.deliveries} of message {message.id}, "
@@ -1187,7 +1175,8 @@ class Store:
             rt, msg_id = self._resolve_delivered(name, target)
             entry = self._catalog.lookup(msg_id)
             assert isinstance(entry, Live)
-            if rt.max_deliveries is None or entry.deliveries < rt.max_deliveries:
+            max_deliveries, dead_letter_queue = self._queue_settings.get(name, (None, None))
+            if max_deliveries is None or entry.deliveries < max_deliveries:
                 del self._inflight[msg_id]
                 rt.rewind(keys.order_key(rt.qid, entry.priority, msg_id))
                 rt.wake()
@@ -1196,7 +1185,7 @@ class Store:
             if put is None:  # damaged: quarantined instead of dead-lettered
                 del self._inflight[msg_id]
                 return
-            dlq = rt.dead_letter_queue or f"DLQ.{rt.name}"
+            dlq = dead_letter_queue or f"DLQ.{name}"
         # Dead-letter: one batch of PUT (a new id, in the DLQ) and ACK of the original.
         # Written outside the lock, since a batch may first wait for space.
         headers = dict(put.headers)

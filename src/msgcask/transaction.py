@@ -55,7 +55,7 @@ class Transaction:
         if isinstance(message, Message):
             with self._store._lock:
                 self._store._check_open()
-                self._store._check_delivery(message)
+                self._store._check_delivery(message, self._store._inflight.get(message.id))
             self._acks.append(message.id)
         elif isinstance(message, int) and not isinstance(message, bool):
             self._acks.append(message)
