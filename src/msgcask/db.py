@@ -27,6 +27,7 @@ the journal position it reflects.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
 import os
@@ -62,6 +63,7 @@ from msgcask.options import Options, check_threshold
 from msgcask.stats import CompactionReport, FileStats, KeptReport, StoreStats
 from msgcask.store import codec
 from msgcask.store import format as fmt
+from msgcask.store.disk_advice import free_space_note, remedy
 from msgcask.store.filenames import (
     INDEX_DIR,
     LOCK_FILE,
@@ -244,17 +246,25 @@ class Store:
             os.makedirs(self.path, exist_ok=True)
             self._lock_file = StoreLock(os.path.join(self.path, LOCK_FILE))
         except OSError as e:
+            advice = (
+                "Check the path: every part but the last must be a directory"
+                if e.errno in (errno.ENOENT, errno.ENOTDIR)
+                else remedy(e)
+            )
             raise Error(
-                f"cannot use {self.path} as a store directory: {e.strerror}; check the path "
-                "(every part but the last must be a directory) and its permissions"
+                f"cannot use {self.path} as a store directory: {e.strerror}. {advice}."
             ) from e
         try:
             self._open()
         except OSError as e:
             self._lock_file.release(remove_if_created=True)
-            raise Error(
-                f"cannot open the store at {self.path}: {e}. Check the disk and the "
-                "permissions of the store's files"
+            raise Error(f"cannot open the store at {self.path}: {e}. {remedy(e)}.") from e
+        except lmdb.Error as e:
+            self._lock_file.release(remove_if_created=True)
+            raise IndexFailedError(
+                f"cannot write the index of {self.path} while opening it "
+                f"({e}){free_space_note(self.path)}; nothing was lost, the data files are "
+                "intact. Free disk space (or check the disk) and open it again."
             ) from e
         except BaseException:
             self._lock_file.release(remove_if_created=True)
@@ -278,6 +288,27 @@ class Store:
             for handle in files.handles.values():
                 handle.close()
             raise
+        found = set(files.handles)
+        try:
+            self._open_recovered(files, recovery, env, catalog)
+        except BaseException as e:
+            env.close()
+            if isinstance(e, lmdb.Error) and recovery.report.mode in ("rebuild", "new"):
+                # A half-written rebuild is worth nothing (the next open starts it
+                # again) and may be what fills the disk.
+                remove_index(os.path.join(self.path, INDEX_DIR))
+            for file_id, handle in files.handles.items():  # the journal adds its files here
+                handle.close()
+                if file_id not in found:
+                    # A journal file this open started holds only its header: a
+                    # failed open leaves the directory as it found it.
+                    with contextlib.suppress(OSError):
+                        self._fs.unlink(handle.path)
+            raise
+
+    def _open_recovered(
+        self, files: OpenedFiles, recovery: Recovery, env: IndexEnv, catalog: Catalog
+    ) -> None:
         self.recovery: RecoveryReport = recovery.report
         self._env: IndexEnv = env
         self._catalog: Catalog = catalog
@@ -290,7 +321,10 @@ class Store:
         # (id, queue, priority, file, offset, size) of puts not yet in the index.
         self._pending: list[tuple[int, _QueueRuntime, int, int, int, int]] = []
         self._commit_hold = 0
-        self._index_broken = False  # an LMDB failure: the index is discarded at close
+        # The first LMDB failure since open. LMDB aborted what it was doing, so the
+        # index now lacks changes the store made: from then on the store refuses
+        # every call but close, and close discards the index (_index_failed).
+        self._index_failure: Exception | None = None
         self._queues: dict[str, _QueueRuntime] = {}
         # Delivered and unacked: id -> (queue, delivery count of that delivery).
         self._inflight: dict[int, tuple[_QueueRuntime, int]] = {}
@@ -411,20 +445,19 @@ class Store:
                     # not marked clean, so the next open recovers from the disk.
                     return
                 self._sync_journal_to(self._journal.position)
-                if self._index_broken:
+                if self._index_failure is not None:
                     return  # discarded below; the next open rebuilds it
                 self._env.put_u64(keys.META_CLEAN, 1)
                 self._commit_index(force=True)
                 self._env.sync()
             except lmdb.Error as e:
-                self._index_broken = True
                 raise self._index_failed(e) from e
             finally:
                 self._closed = True
                 for queue in self._queues.values():
                     queue.cond.notify_all()
                 self._env.close()
-                if self._index_broken:
+                if self._index_failure is not None:
                     remove_index(os.path.join(self.path, INDEX_DIR))
                 with contextlib.suppress(OSError):  # else the next open trims it
                     self._journal.head.trim()
@@ -444,13 +477,24 @@ class Store:
 
     def _index_failed(self, error: Exception) -> IndexFailedError:
         """The msgcask error for an LMDB failure at run time (raise it ``from`` it).
-        The index is then distrusted: ``close`` deletes it, so the next open
-        rebuilds it from the data files."""
-        log.error("msgcask: index failure in %s: %s", self.path, error)
-        self._index_broken = True
+
+        LMDB has aborted the transaction it failed in, and with it index changes
+        whose records are in the journal. Committing what came after would make
+        a later replay start past them, and a compaction pass planned from the
+        index would copy too little. So from now on the store refuses every
+        call but ``close``, which deletes the index: the next open rebuilds it
+        from the data files."""
+        if self._index_failure is None:
+            self._index_failure = error
+            log.error("msgcask: index failure in %s: %s", self.path, error)
+        return self._index_refusal()
+
+    def _index_refusal(self) -> IndexFailedError:
+        error = self._index_failure
         return IndexFailedError(
-            f"the index of {self.path} failed ({error}); the data files are intact. Close "
-            "the store and open it again: the index is rebuilt from them."
+            f"the index of {self.path} failed ({error}){free_space_note(self.path)}; the store "
+            "refuses further calls and the data files are intact. Close the store and open it "
+            "again: the index is rebuilt from them."
         )
 
     def _check_open(self) -> None:
@@ -469,6 +513,8 @@ class Store:
                     "process closes it (or open it only after forking)"
                 )
             raise ClosedError(f"the store at {self.path} is closed; open it again to use it")
+        if self._index_failure is not None:
+            raise self._index_refusal()
 
     def _disown(self) -> None:
         """In a child forked from the process that opened the store: every call
@@ -495,13 +541,14 @@ class Store:
         watched = self._journal.bytes_written
         watch = _IDLE_WATCH_EVERY if compacting else float("inf")  # nothing to watch for
         while not self._stop.wait(min(max(next_sync - time.monotonic(), 0.0), watch)):
-            if self._journal.sync_failure is not None:
-                # Raised to the call whose fsync failed; what is left to do here
-                # (syncs, passes, which sync before they delete) can only fail too.
+            failed = self._background_failure()
+            if failed:
+                # Raised to the call that met it; what is left to do here (syncs,
+                # passes, which sync and commit before they delete) can only fail too.
                 log.error(
-                    "msgcask: background work in %s stops: an fsync of the journal failed; "
-                    "close the store and reopen it",
+                    "msgcask: background work in %s stops: %s; close the store and reopen it",
                     self.path,
+                    failed,
                 )
                 self._scheduler.pause()
                 return
@@ -530,10 +577,19 @@ class Store:
             except ClosedError:
                 return
             except lmdb.Error as e:
-                self._index_failed(e)  # logs it; the index is rebuilt on the next open
-                return
+                self._index_failed(e)  # logs it; the check above stops the loop
+            except IndexFailedError:
+                pass  # met first by another call; the check above stops the loop
             except Exception:  # keep flushing; the next foreground write will raise
                 log.exception("msgcask: background sync failed")
+
+    def _background_failure(self) -> str:
+        """Why background work must stop for good, or ``""``."""
+        if self._journal.sync_failure is not None:
+            return "an fsync of the journal failed"
+        if self._index_failure is not None:
+            return "its index failed"
+        return ""
 
     @_index_errors
     def sync(self) -> None:
@@ -564,6 +620,9 @@ class Store:
         commits are held and this is not forced: the next commit includes it)."""
         if self._commit_hold and not force:
             return
+        if self._index_failure is not None:
+            # The transaction lacks what LMDB aborted: never commit it.
+            raise self._index_refusal()
         env = self._env
         # Puts go on meanwhile; the checkpoint is where the index stops.
         with self._append_lock:
@@ -625,6 +684,8 @@ class Store:
                 f"the store at {self.path} refuses writes: an earlier fsync of the journal "
                 f"failed ({failure.strerror}). Close it, check the disk, and reopen."
             )
+        if self._index_failure is not None:
+            raise self._index_refusal()
         if may_commit and self._env.changes > _MAX_CHANGES_PER_COMMIT:
             # Before the write: every earlier operation is fully applied, so the
             # index and the checkpoint agree (after the write they would not).

@@ -22,7 +22,18 @@ from msgcask.store.filenames import LOCK_FILE, parse_data_file_name
 from msgcask.store.lockfile import lock_holder
 
 
-@click.group()
+class _Commands(click.Group):
+    """A store's error (a full disk, a failed index, ...) is the command's
+    error message, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except msgcask.Error as e:
+            raise click.ClickException(str(e)) from e
+
+
+@click.group(cls=_Commands)
 @click.version_option(msgcask.__version__, prog_name="msgcask")
 def main() -> None:
     """msgcask: an embeddable persistent message store."""
@@ -51,14 +62,9 @@ def _require_store(path: str) -> None:
 
 def _open(path: str, max_file_size: int | None = None) -> msgcask.Store:
     _require_store(path)
-    try:
-        return msgcask.open(
-            path,
-            compaction_interval=None,
-            max_file_size=max_file_size or _guess_file_size(path),
-        )
-    except msgcask.Error as e:
-        raise click.ClickException(str(e)) from e
+    return msgcask.open(
+        path, compaction_interval=None, max_file_size=max_file_size or _guess_file_size(path)
+    )
 
 
 MAX_FILE_SIZE = click.option(

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
+from msgcask.errors import IndexFailedError
+
 if TYPE_CHECKING:
     from msgcask.db import Store
 
@@ -61,7 +63,10 @@ class CompactionScheduler:
         try:
             self._store._compact_in_background()
         except lmdb.Error as e:
-            self._store._index_failed(e)  # logged; the index is rebuilt on the next open
+            self._store._index_failed(e)  # logged; the store now refuses calls
+            self.pause()
+        except IndexFailedError:
+            self.pause()  # logged where it was met; every later pass would fail too
         except Exception:
             log.exception("msgcask: background compaction pass failed")
 

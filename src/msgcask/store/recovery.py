@@ -208,7 +208,14 @@ class Recovery:
             env = IndexEnv(index_path)
             self.report.mode = "rebuild" if self.files.handles else "new"
             self.report.unclean = bool(self.files.handles)
-            catalog = self._rebuild(env)
+            try:
+                catalog = self._rebuild(env)
+            except BaseException:
+                # Half a rebuild is worth nothing (the next open starts it again)
+                # and may be what filled the disk.
+                env.close()
+                remove_index(index_path)
+                raise
         if self.report.mode == "rebuild":
             # The journal records queues only through their messages: after a
             # rebuild, a queue exists if it holds messages.

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from msgcask.errors import Error
 from msgcask.store import codec
 from msgcask.store import format as fmt
+from msgcask.store.disk_advice import remedy
 from msgcask.store.filenames import data_file_name
 from msgcask.store.fs import DataFile, FileSystem, crash_point
 
@@ -90,8 +91,8 @@ class Journal:
         except OSError as e:
             self._undo(before)
             raise Error(
-                f"cannot write to {self.head.path}: {e.strerror}. Free disk space, then "
-                "retry; nothing of this call was stored."
+                f"cannot write to {self.head.path}: {e.strerror}. {remedy(e)}, then retry; "
+                "nothing of this call was stored."
             ) from e
         self.bytes_written += len(data)
         return (self.head_id, offset)
@@ -110,8 +111,8 @@ class Journal:
             self._roll_over()
         except OSError as e:
             raise Error(
-                f"cannot start a new data file in {self.directory}: {e.strerror}. Free "
-                "disk space or check the disk, then retry; nothing of this call was stored."
+                f"cannot start a new data file in {self.directory}: {e.strerror}. "
+                f"{remedy(e)}, then retry; nothing of this call was stored."
             ) from e
 
     def _roll_over(self) -> None:

@@ -1,0 +1,36 @@
+"""What to tell the user when the disk refuses: the remedy depends on why.
+
+A full disk, a permission and a read-only file system each need a different
+fix, and LMDB reports a short write on a full disk as a plain I/O error, so
+the free space is worth saying when it is low.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+LOW_FREE_SPACE = 64 * 2**20  # below this, an error message says how much is free
+
+
+def remedy(error: OSError) -> str:
+    """The fix for ``error``, as the start of a sentence."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "Free disk space"
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return "Check the permissions of the store's directory and files"
+    if error.errno == errno.EROFS:
+        return "Remount the file system read-write or move the store"
+    return "Check the disk"
+
+
+def free_space_note(path: str) -> str:
+    """``"; its file system has only N MiB free"`` when that is low, else ``""``."""
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return ""
+    free = stat.f_bavail * stat.f_frsize
+    if free >= LOW_FREE_SPACE:
+        return ""
+    return f"; its file system has only {free / 2**20:.1f} MiB free"

@@ -1,0 +1,269 @@
+"""LMDB fails while the store is open (a full disk, a failing disk under the map).
+
+LMDB aborts the transaction it failed in, and with it index changes whose records
+are already in the journal. The store must then refuse every call but close and
+never commit again: a later commit would record a checkpoint past the lost
+changes, and a replay after a crash would start after them. The next open finds
+every returned put and no acked message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import lmdb
+import pytest
+from click.testing import CliRunner
+
+import msgcask
+from msgcask.cli.main import main
+from msgcask.index.env import IndexEnv
+from msgcask.store import disk_advice
+
+FailCommits = Callable[..., None]
+
+
+def _failing_commit(real: Callable[[IndexEnv], None], armed: list[int]) -> Callable[..., None]:
+    """``armed``: [commits that fail, commits that succeed before them]."""
+
+    def commit(self: IndexEnv) -> None:
+        if armed[1]:
+            armed[1] -= 1
+        elif armed[0]:
+            armed[0] -= 1
+            # What LMDB does when the commit's write fails: the transaction is gone.
+            self.txn.abort()
+            self.txn = self.env.begin(write=True)
+            self.changes = 0
+            raise lmdb.DiskError("mdb_txn_commit: No space left on device (injected)")
+        real(self)
+
+    return commit
+
+
+@pytest.fixture
+def fail_commits(monkeypatch: pytest.MonkeyPatch) -> Iterator[FailCommits]:
+    """``fail_commits(n, after=0)``: the ``n`` index commits after the next
+    ``after`` fail."""
+    armed = [0, 0]
+    monkeypatch.setattr(IndexEnv, "commit", _failing_commit(IndexEnv.commit, armed))
+
+    def arm(n: int, after: int = 0) -> None:
+        armed[:] = [n, after]
+
+    yield arm
+
+
+def data_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.glob("*.log"))
+
+
+def quiet_store(path: Path, **options: object) -> msgcask.Store:
+    """No background commits: the test decides when the index commits."""
+    options.setdefault("compaction_interval", None)
+    return msgcask.Store(path, sync_interval=3600, **options)  # type: ignore[arg-type]
+
+
+def test_after_a_failed_commit_every_call_is_refused_and_writes_nothing(
+    store_path: Path, fail_commits: FailCommits
+) -> None:
+    store = quiet_store(store_path)
+    q = store.queue("q")
+    ids = [q.put(b"m%d" % i) for i in range(10)]
+    delivered = [q.get(block=False) for _ in range(3)]
+    q.ack(delivered[0])
+    fail_commits(1)
+    with pytest.raises(msgcask.IndexFailedError, match="No space left"):
+        store.sync()
+    before = data_bytes(store_path)
+    calls: dict[str, Callable[[], object]] = {
+        "put": lambda: q.put(b"x"),
+        "put_many": lambda: q.put_many([b"x", b"y"]),
+        "get": lambda: q.get(block=False),
+        "get with a timeout": lambda: q.get(timeout=0.01),
+        "ack": lambda: q.ack(delivered[1]),
+        "nack": lambda: q.nack(delivered[2]),
+        "len": lambda: len(q),
+        "browse": lambda: list(q.browse()),
+        "purge": lambda: q.purge(),
+        "queue": lambda: store.queue("other"),
+        "queues": store.queues,
+        "delete_queue": lambda: store.delete_queue("q"),
+        "sync": store.sync,
+        "stats": store.stats,
+        "compact": store.compact,
+        "why_kept": lambda: store.why_kept(1),
+        "verify": store.verify,
+    }
+    for name, call in calls.items():
+        with pytest.raises(msgcask.IndexFailedError, match="refuses further calls"):
+            call()
+            pytest.fail(f"{name} was not refused")
+    with pytest.raises(msgcask.IndexFailedError):
+        with store.transaction() as tx:
+            tx.put("q", b"in a transaction")
+    assert data_bytes(store_path) == before  # nothing of the refused calls was written
+    store.close()
+    assert not (store_path / "index").exists()  # distrusted: rebuilt on the next open
+    with quiet_store(store_path) as reopened:
+        assert reopened.recovery.mode == "rebuild"
+        assert [m.id for m in reopened.queue("q").browse()] == ids[1:]
+
+
+def _put_fail_commit_again_and_die(path: str, report: Connection) -> None:
+    """In a child: puts and acks whose index changes a failing commit aborts, then
+    another commit attempt, then SIGKILL (no close)."""
+    armed = [0, 0]
+    IndexEnv.commit = _failing_commit(IndexEnv.commit, armed)  # type: ignore[method-assign]
+    store = quiet_store(Path(path))
+    q = store.queue("q")
+    ids = [q.put(b"committed %d" % i) for i in range(20)]
+    store.sync()
+    for _ in range(5):
+        q.ack(q.get(block=False))
+    ids += [q.put(b"in the aborted transaction %d" % i) for i in range(20)]
+    armed[0] = 1
+    with contextlib.suppress(msgcask.IndexFailedError):
+        store.sync()  # fails, and LMDB drops the transaction
+    with contextlib.suppress(msgcask.IndexFailedError):
+        store.sync()  # must not commit what is left of the index
+    report.send((ids, ids[:5]))  # sent before it returns: nothing is left to flush
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_crash_after_a_failed_commit_keeps_every_put_and_ack(store_path: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    received, sent = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_put_fail_commit_again_and_die, args=(str(store_path), sent))
+    child.start()
+    assert received.poll(60), "the child died before it reported"
+    ids, acked = received.recv()
+    child.join(60)
+    assert child.exitcode == -signal.SIGKILL
+    with quiet_store(store_path) as reopened:
+        got = [m.id for m in reopened.queue("q").browse()]
+    assert got == [i for i in ids if i not in acked]
+
+
+def make_sparse(store: msgcask.Store) -> list[int]:
+    """Sparse 64 KiB data files; returns the ids left live (delivered, unacked)."""
+    q = store.queue("q")
+    for _ in range(600):
+        q.put(b"p" * 500)
+    kept = []
+    for i in range(600):
+        m = q.get(block=False)
+        if i % 10:
+            q.ack(m)
+        else:
+            kept.append(m.id)
+    store.sync()
+    return kept
+
+
+def test_a_compaction_pass_whose_swap_fails_loses_nothing(
+    store_path: Path, fail_commits: FailCommits
+) -> None:
+    store = quiet_store(store_path, max_file_size=64 * 1024)
+    kept = make_sparse(store)
+    fail_commits(1)
+    with pytest.raises(msgcask.IndexFailedError):
+        store.compact(threshold=0.9)
+    with pytest.raises(msgcask.IndexFailedError, match="refuses further calls"):
+        store.compact(threshold=0.9)  # no second pass planned from a broken index
+    store.close()
+    with quiet_store(store_path) as reopened:
+        # Delivered and unacked before the close: back, redelivered.
+        assert sorted(m.id for m in reopened.queue("q").browse()) == kept
+        assert reopened.verify() == []
+
+
+def test_a_failed_background_commit_stops_background_work_and_refuses_calls(
+    store_path: Path, fail_commits: FailCommits, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = msgcask.Store(store_path, sync_interval=0.01, compaction_interval=0.05)
+    q = store.queue("q")
+    ids = [q.put(b"m")]
+    fail_commits(1)
+    ids.append(q.put(b"m"))  # something for the next background sync to commit
+    with pytest.raises(msgcask.IndexFailedError, match="refuses further calls"):
+        for _ in range(10_000):  # the flush thread meets the failure within ms
+            ids.append(q.put(b"m"))
+            store._stop.wait(0.001)
+    store._flusher.join(5)  # it stops by itself, and says so
+    assert not store._flusher.is_alive()
+    assert "background work in" in caplog.text and "its index failed" in caplog.text
+    assert store._scheduler.paused
+    store.close()
+    with quiet_store(store_path) as reopened:
+        assert [m.id for m in reopened.queue("q").browse()] == ids
+
+
+def test_an_open_whose_index_cannot_be_written_raises_and_leaves_no_half_index(
+    store_path: Path, fail_commits: FailCommits
+) -> None:
+    with quiet_store(store_path) as store:
+        ids = [store.queue("q").put(b"m%d" % i) for i in range(5)]
+    for index_file in (store_path / "index").iterdir():
+        index_file.unlink()  # the next open rebuilds
+    before = sorted(p.name for p in store_path.iterdir())
+    fail_commits(1)
+    with pytest.raises(msgcask.IndexFailedError, match=r"while opening it.*intact"):
+        quiet_store(store_path)
+    # The half-built index is gone; the data files are as they were.
+    assert sorted(p.name for p in store_path.iterdir()) == [n for n in before if n != "index"]
+    with quiet_store(store_path) as reopened:
+        assert [m.id for m in reopened.queue("q").browse()] == ids
+
+
+def test_the_cli_reports_index_failures_without_a_traceback(
+    store_path: Path, fail_commits: FailCommits
+) -> None:
+    with quiet_store(store_path, max_file_size=64 * 1024) as store:
+        make_sparse(store)
+    runner = CliRunner()
+    fail_commits(1, after=1)  # the open commits; the pass's first commit fails
+    result = runner.invoke(main, ["compact", str(store_path)])
+    assert isinstance(result.exception, SystemExit), result.output
+    assert result.exit_code == 1
+    assert "Error: the index of" in result.output and "Traceback" not in result.output
+    assert not (store_path / "index").exists()  # distrusted: the next open rebuilds it
+    fail_commits(1)
+    result = runner.invoke(main, ["stats", str(store_path)])
+    assert isinstance(result.exception, SystemExit), result.output
+    assert result.exit_code == 1
+    assert "Error: cannot write the index" in result.output
+    result = runner.invoke(main, ["stats", str(store_path)])
+    assert result.exit_code == 0, result.output
+    assert "live         60 messages" in result.output
+
+
+@pytest.mark.parametrize(
+    ("code", "advice"),
+    [
+        (errno.ENOSPC, "Free disk space"),
+        (errno.EDQUOT, "Free disk space"),
+        (errno.EACCES, "permissions"),
+        (errno.EROFS, "read-write"),
+        (errno.EIO, "Check the disk"),
+    ],
+)
+def test_the_remedy_follows_the_error(code: int, advice: str) -> None:
+    assert advice in disk_advice.remedy(OSError(code, os.strerror(code)))
+
+
+def test_low_free_space_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert disk_advice.free_space_note(str(tmp_path / "missing")) == ""
+
+    class Full:
+        f_bavail, f_frsize = 3, 4096
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Full())
+    assert disk_advice.free_space_note(str(tmp_path)) == "; its file system has only 0.0 MiB free"
