@@ -128,7 +128,7 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
             scan.records[_NAMES.get(item.rtype, "other")] += 1
             if item.rtype == fmt.TYPE_PUT:
                 try:
-                    meta = codec.decode_put_meta(buf, item.payload_start)
+                    meta = codec.decode_put_meta(buf, item.payload_start, item.end)
                 except ValueError as e:
                     scan.damage.append(
                         codec.Damage(item.offset, item.size, f"malformed PUT: {e}", False)

@@ -25,7 +25,10 @@ def put_offsets(path: Path) -> dict[int, tuple[int, int]]:
             break  # the open write head's zero tail
         assert isinstance(item, codec.Record)
         if item.rtype == fmt.TYPE_PUT:
-            out[codec.decode_put_meta(buf, item.payload_start).msg_id] = (item.offset, item.size)
+            out[codec.decode_put_meta(buf, item.payload_start, item.end).msg_id] = (
+                item.offset,
+                item.size,
+            )
     return out
 
 

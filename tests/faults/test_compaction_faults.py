@@ -99,8 +99,10 @@ def test_bit_flip_in_a_victim_keeps_the_victim(store_path: Path) -> None:
         for item in codec.scan(buf, fmt.FILE_HEADER_SIZE)
         if isinstance(item, codec.Record) and item.rtype == fmt.TYPE_PUT
     ]
-    damaged = next(p for p in puts if codec.decode_put_meta(buf, p.payload_start).msg_id in live)
-    msg_id = codec.decode_put_meta(buf, damaged.payload_start).msg_id
+    damaged = next(
+        p for p in puts if codec.decode_put_meta(buf, p.payload_start, p.end).msg_id in live
+    )
+    msg_id = codec.decode_put_meta(buf, damaged.payload_start, damaged.end).msg_id
     fs.bad_bytes[str(first)] = {damaged.offset + 40}
     report = store.compact(threshold=1.0)
     assert fs.flipped_reads > 0

@@ -332,7 +332,7 @@ def test_power_cut_with_sync_never_after_a_compaction(store_path: Path, index: s
         buf = path.read_bytes()
         if codec.decode_file_header(buf, str(path)).kind == fmt.KIND_COMPACTED:
             copied |= {
-                codec.decode_put_meta(buf, r.payload_start).msg_id
+                codec.decode_put_meta(buf, r.payload_start, r.end).msg_id
                 for r in codec.scan(buf, fmt.FILE_HEADER_SIZE)
                 if isinstance(r, codec.Record) and r.rtype == fmt.TYPE_PUT
             }

@@ -27,7 +27,7 @@ def open_store(path: Path, fs: FaultyFileSystem) -> msgcask.Store:
 def put_offsets(path: Path) -> dict[int, int]:
     buf = path.read_bytes()
     return {
-        codec.decode_put_meta(buf, r.payload_start).msg_id: r.offset
+        codec.decode_put_meta(buf, r.payload_start, r.end).msg_id: r.offset
         for r in codec.scan(buf, fmt.FILE_HEADER_SIZE)
         if isinstance(r, codec.Record) and r.rtype == fmt.TYPE_PUT
     }

@@ -86,7 +86,7 @@ class TestRoundTrip:
 
     def test_put_meta_is_the_fixed_fields(self) -> None:
         raw = put(77, b"zz", queue="orders", priority=3, deliveries=2)
-        meta = codec.decode_put_meta(raw, fmt.RECORD_HEADER_SIZE)
+        meta = codec.decode_put_meta(raw, fmt.RECORD_HEADER_SIZE, len(raw))
         assert meta == codec.PutMeta(77, 3, 2, "orders")
 
     def test_ack_record_round_trips(self) -> None:

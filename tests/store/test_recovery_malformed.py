@@ -7,16 +7,30 @@ struct.error from deep inside recovery.
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
+from xxhash import xxh3_64_intdigest
 
 import msgcask
 from msgcask.store import codec
 from msgcask.store import format as fmt
 
+
+def _with_queue_len(queue_len: int) -> bytes:
+    """A PUT record whose queue_len field says ``queue_len``, with a checksum to match."""
+    raw = bytearray(codec.encode_put(2, b"q", 4, 0, b"", b"x"))
+    struct.pack_into("<H", raw, fmt.RECORD_HEADER_SIZE + 11, queue_len)
+    struct.pack_into("<Q", raw, 0, xxh3_64_intdigest(bytes(raw[fmt.CHECKSUM_SIZE :])))
+    return bytes(raw)
+
+
 MALFORMED = {
     "queue name not UTF-8": codec.encode_put(2, b"\xff\xfe", 4, 0, b"", b"x"),
+    "NUL in the queue name": codec.encode_put(2, b"q\x00r", 4, 0, b"", b"x"),
+    "queue name over 255 bytes": _with_queue_len(256),
+    "queue name past the record": _with_queue_len(3),
     "priority out of range": codec.encode_put(2, b"q", 200, 0, b"", b"x"),
     "headers not decodable": codec.encode_put(2, b"q", 4, 0, b"\x05\x00zz", b"x"),
 }

@@ -104,7 +104,7 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
             if not n % BATCH:
                 pacer.pause()
             data = buf[item.offset : item.end]
-            put = codec.decode_put_meta(buf, item.payload_start)
+            put = codec.decode_put_meta(buf, item.payload_start, item.end)
             if put.deliveries != entry.deliveries:
                 full = codec.decode_put(buf, item.payload_start, item.end)
                 data = codec.encode_put(
@@ -144,7 +144,7 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
         files, freed = reclaim(store, victims)
         return RewriteResult(files, 0, freed, tuple(skipped))
 
-    out_id, out, offsets = _write_output(store, victims, copies)
+    out_id, id_floor, out, offsets = _write_output(store, victims, copies)
 
     # The swap runs in chunks under short lock holds. Index commits are held
     # back until it is complete, so a crash anywhere in it reverts to the state
@@ -153,7 +153,13 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
         with store._lock:
             store._handles[out_id] = out
             store._acct.add(
-                FileAccount(out_id, fmt.KIND_COMPACTED, size=out.size, created=time.time())
+                FileAccount(
+                    out_id,
+                    fmt.KIND_COMPACTED,
+                    size=out.size,
+                    created=time.time(),
+                    id_floor=id_floor,  # as in its header, as a rebuild reads it
+                )
             )
             with store._append_lock:  # puts add to it under that lock alone
                 store._data_bytes += out.size
@@ -209,7 +215,9 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
 
 def _write_output(
     store: Store, victims: list[int], copies: list[_Copy]
-) -> tuple[int, DataFile, list[int]]:
+) -> tuple[int, int, DataFile, list[int]]:
+    """Write and publish the compacted file; return its id, its header's id
+    floor, its handle and the offset of each copy."""
     with store._lock, store._append_lock:
         out_id = store._allocate_file_id()
         id_floor = store._next_id
@@ -240,4 +248,4 @@ def _write_output(
             store._fs.unlink(out.path)
         raise Error(f"compaction could not write {path}: {e.strerror}; nothing changed") from e
     crash_point("compact.after_output_fsync")
-    return out_id, out, offsets
+    return out_id, id_floor, out, offsets

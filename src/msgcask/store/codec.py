@@ -144,15 +144,22 @@ class Put(NamedTuple):
     body: bytes
 
 
-def decode_put_meta(buf: Buffer, payload_start: int) -> PutMeta:
+def decode_put_meta(buf: Buffer, payload_start: int, payload_end: int) -> PutMeta:
     """The fixed fields and queue of a PUT record. Raises ValueError if they are
-    impossible (a priority above 9, a queue name that is not UTF-8)."""
-    msg_id, priority, deliveries, qlen, _hlen = fmt.PUT_FIXED.unpack_from(buf, payload_start)
-    if priority > fmt.MAX_PRIORITY or not qlen:
-        raise ValueError(f"priority {priority} / queue name of {qlen} bytes")
+    impossible (a priority above 9, a queue name of 0 or over 255 bytes, not
+    UTF-8 or with a NUL, a queue name and headers block that overrun the payload)."""
+    msg_id, priority, deliveries, qlen, hlen = fmt.PUT_FIXED.unpack_from(buf, payload_start)
+    if priority > fmt.MAX_PRIORITY:
+        raise ValueError(f"priority {priority}")
+    if not 0 < qlen <= fmt.MAX_QUEUE_NAME_BYTES:
+        raise ValueError(f"queue name of {qlen} bytes")
     qstart = payload_start + fmt.PUT_FIXED_SIZE
-    queue = bytes(buf[qstart : qstart + qlen]).decode()
-    return PutMeta(msg_id, priority, deliveries, queue)
+    if qstart + qlen + hlen > payload_end:
+        raise ValueError("queue name and headers overrun the record")
+    raw = bytes(buf[qstart : qstart + qlen])
+    if b"\0" in raw:
+        raise ValueError("NUL in the queue name")
+    return PutMeta(msg_id, priority, deliveries, raw.decode())
 
 
 def decode_put(buf: Buffer, payload_start: int, payload_end: int) -> Put:

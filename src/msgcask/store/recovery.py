@@ -429,7 +429,7 @@ class Recovery:
             ps = item.payload_start
             if rtype == fmt.TYPE_PUT:
                 try:
-                    meta = codec.decode_put_meta(buf, ps)
+                    meta = codec.decode_put_meta(buf, ps, item.end)
                 except ValueError as e:  # intact bytes, impossible fields: a writer bug
                     if report:
                         bad = codec.Damage(item.offset, item.size, f"malformed PUT: {e}", False)
