@@ -732,15 +732,14 @@ class Store:
 
     def _ensure_room(self, size: int) -> None:
         """Space pressure (call without the lock): if ``size`` more bytes would
-        bring the data files near ``max_store_size``, compact first. Leaves
-        one data file of headroom for the compaction's own copy."""
+        bring the data files near ``max_store_size``, compact first, aiming to
+        leave one data file of headroom for the compaction's own copy."""
         limit = self.options.max_store_size
         if limit is None:
             return
-        reserve = self.options.max_file_size
-        if self._data_bytes + size + reserve > limit:
+        if self._data_bytes + size + self.options.max_file_size > limit:
             self._check_open()  # closed (or disowned after a fork): do not wait for a pass
-            self._compactor.make_room(size + reserve, limit)
+            self._compactor.make_room(size, limit)
 
     def _check_fits(self, size: int) -> None:
         """Raise StoreFullError (changing nothing) if ``size`` bytes cannot fit."""

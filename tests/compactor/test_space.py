@@ -124,6 +124,22 @@ def test_store_full_only_when_live_data_fills_it_and_changes_nothing(tmp_path: P
         assert store.verify() == []
 
 
+def test_a_put_that_fits_once_a_dead_file_is_deleted_is_not_refused(store_path: Path) -> None:
+    # Deleting the dead file leaves room for the put, but not the file of headroom
+    # that space pressure aims for: the file must still be deleted, not the put refused.
+    with _open(store_path, max_store_size=4 * MFS, sync_interval=3600) as store:
+        q = store.queue("q")
+        for _ in range(254):  # 63 to a file: almost 4 files
+            q.put(b"x" * 1000)
+        for _ in range(63):
+            q.ack(q.get(block=False))  # the first file now holds nothing needed
+        first = store.stats().files[0]
+        assert (first.file_id, first.live_messages) == (1, 0)
+        q.put(b"y")
+        assert 1 not in [f.file_id for f in store.stats().files]
+        assert store.stats().data_bytes <= 4 * MFS
+
+
 def test_dead_data_never_makes_a_limited_store_refuse_a_put(
     tmp_path: Path, scaled: Callable[[int], int]
 ) -> None:

@@ -375,6 +375,27 @@ def test_compacted_file_with_a_missing_victim_is_kept_and_other_victims_removed(
     assert not (store_path / data_file_name(2)).exists()
 
 
+def test_a_compacted_file_naming_an_unfinished_one_is_judged_by_the_files_found(
+    store_path: Path,
+) -> None:
+    # Compacted file 3 never finished (its victims 1 and 2 are there), and file 5
+    # names it with journal file 4. Removing 3 here does not make 5 finished: 4,
+    # which holds the ACK of message 2 (PUT in victim 1), must stay.
+    compacted_state(store_path)
+    write_data_file(store_path, 4, [put_record(5), codec.encode_ack(2)])
+    write_data_file(
+        store_path,
+        5,
+        [codec.encode_manifest([3, 4]), put_record(3), put_record(5)],
+        kind=fmt.KIND_COMPACTED,
+    )
+    write_data_file(store_path, 6, [put_record(6)])
+    with open_store(store_path) as store:
+        assert store.recovery.removed_files == [3, 5]
+        assert [m for m, _ in browse(store)] == [3, 5, 6]
+        assert store.verify() == []
+
+
 def test_orphan_compacted_file_unknown_to_a_good_index_is_removed(store_path: Path) -> None:
     # Crash after the copy was published, before the swap committed: the index is fine.
     make_store(store_path)

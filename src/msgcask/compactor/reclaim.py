@@ -13,6 +13,8 @@ makes that safe across crashes and power cuts:
    committed; from here a reopen finishes the deletion;
 3. unlink every retired file, then fsync the directory, so that no file whose
    records depended on them can be deleted before their deletion is durable;
+   if an unlink fails, the retired files stay, and no other file is deleted
+   until a later try deletes them (``finish_deletions``);
 4. forget them in the index.
 """
 
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from msgcask.compactor import needed
 from msgcask.errors import Error
+from msgcask.store.disk_advice import remedy
 from msgcask.store.filenames import data_file_name
 from msgcask.store.fs import crash_point
 
@@ -105,15 +108,30 @@ def release(store: Store, file_id: int, pairs: list[tuple[int, int]]) -> None:
         store._catalog.release_counted(file_id)
 
 
+def finish_deletions(store: Store) -> None:
+    """Delete the retired files a failed deletion left on disk, before any other
+    file goes. Their consumed PUT records have released the ACKs that cancel
+    them; if the files holding those ACKs went first, a rebuild (which cannot
+    know these files were retired) would bring the messages back. Raises Error
+    if they still cannot be deleted."""
+    with store._lock:
+        left = [f for f, account in store._acct.files.items() if account.retired]
+    if left:
+        delete_retired(store, left)
+
+
 def delete_retired(store: Store, file_ids: list[int]) -> int:
     """Unlink retired files, make that durable, and forget them; return bytes freed."""
     freed = 0
     for file_id in file_ids:
         crash_point("reclaim.before_unlink")
         with store._lock:
-            handle = store._handles.pop(file_id)
-            freed += handle.size
-            handle.close()
+            handle = store._handles.pop(file_id, None)  # None: gone in a failed try
+            if handle is not None:
+                freed += handle.size
+                handle.close()
+            else:
+                freed += store._acct[file_id].size
         try:
             store._fs.unlink(os.path.join(store.path, data_file_name(file_id)))
         except FileNotFoundError:
@@ -136,5 +154,6 @@ def delete_retired(store: Store, file_ids: list[int]) -> int:
 def _delete_failed(store: Store, error: OSError) -> Error:
     return Error(
         f"deleting data files of {store.path} failed ({error.strerror}); they are retired in "
-        "the index, so the next open finishes the deletion. Check the disk."
+        "the index, so the next open finishes the deletion, and no compaction deletes "
+        f"anything until they are gone. {remedy(error)}."
     )

@@ -13,8 +13,9 @@ import time
 from typing import TYPE_CHECKING
 
 from msgcask.compactor import policy
-from msgcask.compactor.reclaim import reclaim
+from msgcask.compactor.reclaim import finish_deletions, reclaim
 from msgcask.compactor.rewrite import rewrite
+from msgcask.errors import Error
 from msgcask.index.accounting import FileAccount
 from msgcask.stats import CompactionReport, CompactionStats
 from msgcask.store import format as fmt
@@ -256,6 +257,7 @@ class Compactor:
         store = self._store
         threshold = store.options.compaction_threshold if threshold is None else threshold
         started = time.monotonic()
+        finish_deletions(store)
         self._seal_sparse_head(threshold, idle)
         limit, hard = self._budget(budget)
         deleted, freed = self._reclaim_all(threshold, limit)
@@ -298,6 +300,10 @@ class Compactor:
         """``reclaim_emptied`` with the mutex held, leaving ``keep`` (a running
         rewrite's victims, whose classification must stay theirs) alone."""
         store = self._store
+        try:
+            finish_deletions(store)
+        except Error:
+            return 0  # raised by the next pass, which says why
         deleted = 0
         for _ in range(_MAX_RECLAIM_ROUNDS):
             with store._lock:
@@ -345,26 +351,33 @@ class Compactor:
     def make_room(self, needed: int, limit: int) -> None:
         """Space pressure: compact every file with any dead bytes, sealing the
         write head first if it is what holds them, until ``needed`` more bytes
-        fit under ``limit`` or nothing more can be freed. Waits for a running
-        pass first: the files it is deleting are about to be free."""
+        and one data file of headroom (room for a later pass's copy) fit under
+        ``limit``, or nothing more can be freed. Waits for a running pass first:
+        the files it is deleting are about to be free."""
         store = self._store
+        target = needed + store.options.max_file_size
         with self._mutex:
             store._check_open()  # close() may have run while this waited
             for _ in range(3):
-                if store._data_bytes + needed <= limit:
+                if store._data_bytes + target <= limit:
                     return
                 with store._lock:
                     views = self._views()
                 gain = policy.min_gain_for(store.options.max_file_size)
-                if store._data_bytes - policy.reclaimable_bytes(views, gain) + needed > limit:
-                    return  # nothing a pass could free would make it fit: do not copy in vain
+                floor = store._data_bytes - policy.reclaimable_bytes(views, gain)
+                fits = store._data_bytes + needed <= limit
+                # A pass is worth it if it can bring back the headroom, or if the
+                # record does not fit now and can once dead bytes are gone (a
+                # deletable file needs no room for a copy). Else it copies in vain.
+                if floor + target > limit and (fits or floor + needed > limit):
+                    return
                 # A put is waiting for this pass: it does not step aside.
                 store._pacer.forced = True
                 try:
-                    self._pass(1.0, max(store.options.max_file_size // 2, needed))
+                    self._pass(1.0, target)  # capped by the room left (_budget)
                 finally:
                     store._pacer.forced = False
-                if store._data_bytes + needed <= limit:
+                if store._data_bytes + target <= limit:
                     return
                 # The dead bytes may be in the write head, which a pass never
                 # touches: seal it so the next pass can.

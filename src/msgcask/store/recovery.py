@@ -375,7 +375,11 @@ class Recovery:
         return catalog
 
     def _settle_compactions(self) -> None:
-        """Apply the MANIFEST rule to every compacted file, oldest first."""
+        """Apply the MANIFEST rule to every compacted file, oldest first. A file
+        is judged by the files on disk before this recovery removed any: a
+        victim that goes here, as an unfinished copy itself, was not deleted by
+        the compaction that named it, so that compaction never finished either."""
+        on_disk = set(self.files.handles)
         for file_id in sorted(self.files.headers):
             if file_id not in self.files.handles:
                 continue
@@ -384,7 +388,7 @@ class Recovery:
             victims = self._manifest(file_id)
             if victims is None:
                 continue  # cannot tell which files it replaced: keep everything
-            if all(v in self.files.handles for v in victims):
+            if all(v in on_disk for v in victims):
                 self._remove(file_id)
             else:
                 for victim in victims:
