@@ -7,6 +7,7 @@
   ``--big`` sets it to at least 10; ``MSGCASK_TEST_SCALE=<number>`` sets it directly.
   Slow suites always run, at small sizes by default.
 * ``verify``: the store's own consistency, checked through the public API only.
+* ``make_sparse``: sparse data files with a tenth of their messages left live.
 """
 
 from __future__ import annotations
@@ -183,6 +184,27 @@ def unexpected_entries(path: Path) -> list[str]:
             continue
         bad.append(p.name)
     return sorted(bad)
+
+
+def make_sparse(queue: msgcask.Queue, messages: int = 600, keep_every: int = 10) -> list[int]:
+    """Put ``messages`` of 500 bytes, then get them all and ack all but every
+    ``keep_every``-th: with 64 KiB data files, sealed files about a tenth live.
+    Returns the ids left delivered and unacked."""
+    for _ in range(messages):
+        queue.put(b"p" * 500)
+    kept = []
+    for i in range(messages):
+        message = queue.get(block=False)
+        if i % keep_every:
+            queue.ack(message)
+        else:
+            kept.append(message.id)
+    return kept
+
+
+@pytest.fixture(name="make_sparse")
+def make_sparse_fixture() -> Callable[..., list[int]]:
+    return make_sparse
 
 
 @pytest.fixture(name="data_files")

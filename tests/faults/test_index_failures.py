@@ -152,27 +152,12 @@ def test_a_crash_after_a_failed_commit_keeps_every_put_and_ack(store_path: Path)
     assert got == [i for i in ids if i not in acked]
 
 
-def make_sparse(store: msgcask.Store) -> list[int]:
-    """Sparse 64 KiB data files; returns the ids left live (delivered, unacked)."""
-    q = store.queue("q")
-    for _ in range(600):
-        q.put(b"p" * 500)
-    kept = []
-    for i in range(600):
-        m = q.get(block=False)
-        if i % 10:
-            q.ack(m)
-        else:
-            kept.append(m.id)
-    store.sync()
-    return kept
-
-
 def test_a_compaction_pass_whose_swap_fails_loses_nothing(
-    store_path: Path, fail_commits: FailCommits
+    store_path: Path, fail_commits: FailCommits, make_sparse: Callable[..., list[int]]
 ) -> None:
     store = quiet_store(store_path, max_file_size=64 * 1024)
-    kept = make_sparse(store)
+    kept = make_sparse(store.queue("q"))
+    store.sync()
     fail_commits(1)
     with pytest.raises(msgcask.IndexFailedError):
         store.compact(threshold=0.9)
@@ -224,10 +209,10 @@ def test_an_open_whose_index_cannot_be_written_raises_and_leaves_no_half_index(
 
 
 def test_the_cli_reports_index_failures_without_a_traceback(
-    store_path: Path, fail_commits: FailCommits
+    store_path: Path, fail_commits: FailCommits, make_sparse: Callable[..., list[int]]
 ) -> None:
     with quiet_store(store_path, max_file_size=64 * 1024) as store:
-        make_sparse(store)
+        make_sparse(store.queue("q"))
     runner = CliRunner()
     fail_commits(1, after=1)  # the open commits; the pass's first commit fails
     result = runner.invoke(main, ["compact", str(store_path)])
