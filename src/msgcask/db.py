@@ -675,9 +675,11 @@ class Store:
                 self._apply_pending()  # a roll-over follows
             return self._append_locked(data, may_commit=True, single_record=single_record)
 
-    def _append_locked(
-        self, data: bytes, *, may_commit: bool = False, single_record: bool = False
-    ) -> Position:
+    def _check_writable(self) -> None:
+        """Raise if an earlier failure stops every write: a failed fsync of the
+        journal, or a failed index. Compaction checks it too: a pass that
+        retired files and then failed to sync left them retired in memory only,
+        and must not be finished by a later pass."""
         failure = self._journal.sync_failure
         if failure is not None:
             raise Error(
@@ -686,6 +688,11 @@ class Store:
             )
         if self._index_failure is not None:
             raise self._index_refusal()
+
+    def _append_locked(
+        self, data: bytes, *, may_commit: bool = False, single_record: bool = False
+    ) -> Position:
+        self._check_writable()
         if may_commit and self._env.changes > _MAX_CHANGES_PER_COMMIT:
             # Before the write: every earlier operation is fully applied, so the
             # index and the checkpoint agree (after the write they would not).

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from faulty_fs import FaultyFileSystem
 
 import msgcask
 from msgcask.store.filenames import data_file_name
@@ -104,3 +105,30 @@ def test_background_passes_that_keep_failing_log_it_once(
     failures = [r for r in caplog.records if "background compaction pass failed" in r.message]
     assert len(failures) == 1, [r.message for r in failures]
     assert "deleting data files" in failures[0].message
+
+
+def test_files_retired_by_a_pass_whose_fsync_failed_are_not_deleted_later(
+    store_path: Path,
+) -> None:
+    # The retirement was never committed: the store refuses writes, and passes too.
+    fs = FaultyFileSystem()
+    options = {"max_file_size": 64 * 1024, "compaction_interval": None, "sync_interval": 3600}
+    store = msgcask.Store(store_path, _fs=fs, **options)  # type: ignore[arg-type]
+    q = store.queue("q")
+    for _ in range(300):
+        q.put(b"p" * 500)
+    acked = len(store.why_kept(1).live_messages)
+    for _ in range(acked):
+        q.ack(q.get(block=False))
+    on_disk = sorted(store_path.glob("*.log"))
+    fs.fail_fsync = True
+    with pytest.raises(msgcask.Error, match="fsync of the journal"):
+        store.compact()
+    fs.fail_fsync = False
+    with pytest.raises(msgcask.Error, match="refuses writes"):
+        store.compact()
+    assert sorted(store_path.glob("*.log")) == on_disk
+    store.close()
+    with msgcask.Store(store_path, **options) as reopened:  # type: ignore[arg-type]
+        assert len(reopened.queue("q")) == 300 - acked
+        assert reopened.verify() == []

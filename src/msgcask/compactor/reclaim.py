@@ -113,7 +113,9 @@ def finish_deletions(store: Store) -> None:
     file goes. Their consumed PUT records have released the ACKs that cancel
     them; if the files holding those ACKs went first, a rebuild (which cannot
     know these files were retired) would bring the messages back. Raises Error
-    if they still cannot be deleted."""
+    if they still cannot be deleted, or if the store refuses writes (then a
+    retirement may not have been committed)."""
+    store._check_writable()
     with store._lock:
         left = [f for f, account in store._acct.files.items() if account.retired]
     if left:
