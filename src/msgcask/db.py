@@ -636,7 +636,14 @@ class Store:
             env.put_u64(keys.META_NEXT_FILE, self._next_file_id)
             position = self._journal.position
             env.put_meta(keys.META_CHECKPOINT, keys.CHECKPOINT.pack(*position))
-        env.commit()
+        try:
+            env.commit()
+        except lmdb.Error as e:
+            # Recorded before the caller lets go of the store's lock: the next
+            # holder (a sync in another thread) must not commit the fresh
+            # transaction, which lacks what was just aborted.
+            self._index_failed(e)
+            raise
         self._committed_position = position
 
     # -- writing -------------------------------------------------------------------
@@ -1362,9 +1369,9 @@ class Store:
                     a.live_messages,
                     a.needed_marks,
                     a.file_id == head,
+                    a.retired,
                 )
                 for a in sorted(self._acct.files.values(), key=lambda a: a.file_id)
-                if not a.retired
             ]
             data_bytes = sum(f.size for f in files)
             index_bytes = _dir_bytes(os.path.join(self.path, INDEX_DIR))
@@ -1431,7 +1438,12 @@ class Store:
         with self._lock:
             self._check_open()
             account = self._acct.files.get(file_id)
-            if account is None or account.retired:
+            if account is not None and account.retired:
+                raise ValueError(
+                    f"data file {file_id} holds nothing needed: it is being deleted (or its "
+                    "deletion failed and the next compaction pass or open retries it)"
+                )
+            if account is None:
                 known = sorted(f for f, a in self._acct.files.items() if not a.retired)
                 raise ValueError(f"no data file {file_id}; the store has files {known}")
             records = needed.parse(self._handles[file_id].read_all())

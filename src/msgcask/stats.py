@@ -18,6 +18,9 @@ class FileStats:
     live_messages: int
     needed_acks: int  # ACK/DELIVER records here that must outlive records elsewhere
     active: bool  # the journal's write head (never compacted)
+    # Being deleted: nothing in it is needed. It stays on disk, and counts in the
+    # store's sizes, only while a deletion that failed waits for its retry.
+    retired: bool = False
 
     @property
     def live_ratio(self) -> float:
@@ -28,6 +31,8 @@ class FileStats:
         """Why the file still exists, in words ("" for the write head)."""
         if self.active:
             return "write head"
+        if self.retired:
+            return "nothing (being deleted)"
         parts = []
         if self.live_messages:
             parts.append(f"{self.live_messages} live messages")

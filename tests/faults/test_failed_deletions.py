@@ -21,14 +21,20 @@ from msgcask.store.filenames import data_file_name
 from msgcask.store.fs import FileSystem
 
 
+def data_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.glob("*.log"))
+
+
 class StuckFiles(FileSystem):
-    """Unlinking a path in ``stuck`` fails with EACCES."""
+    """Unlinking a path in ``stuck`` fails with EACCES; ``tries`` lists every unlink."""
 
     def __init__(self) -> None:
         super().__init__()
         self.stuck: set[str] = set()
+        self.tries: list[str] = []
 
     def unlink(self, path: str) -> None:
+        self.tries.append(path)
         if path in self.stuck:
             raise OSError(errno.EACCES, os.strerror(errno.EACCES), path)
         super().unlink(path)
@@ -78,14 +84,7 @@ def test_background_passes_that_keep_failing_log_it_once(
     store_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     fs = StuckFiles()
-    tries: list[str] = []
-    stuck_unlink = fs.unlink
-
-    def counted(path: str) -> None:
-        tries.append(path)
-        stuck_unlink(path)
-
-    fs.unlink = counted  # type: ignore[method-assign]
+    tries = fs.tries
     options = {"max_file_size": 64 * 1024, "compaction_interval": 0.02, "sync_interval": 3600}
     with msgcask.Store(store_path, _fs=fs, **options) as store:  # type: ignore[arg-type]
         store.pause_compaction()
@@ -132,3 +131,76 @@ def test_files_retired_by_a_pass_whose_fsync_failed_are_not_deleted_later(
     with msgcask.Store(store_path, **options) as reopened:  # type: ignore[arg-type]
         assert len(reopened.queue("q")) == 300 - acked
         assert reopened.verify() == []
+
+
+def test_a_put_that_fits_is_stored_while_a_retired_file_cannot_be_deleted(
+    store_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Space pressure wants a data file of headroom too; a deletion that keeps
+    # failing must not refuse a record that fits without it.
+    fs = StuckFiles()
+    tries = fs.tries
+    limit = 6 * 64 * 1024
+    options = {"max_file_size": 64 * 1024, "compaction_interval": None, "sync_interval": 3600}
+    store = msgcask.Store(store_path, _fs=fs, max_store_size=limit, **options)  # type: ignore[arg-type]
+    q = store.queue("q")
+    for _ in range(300):  # files 1 and 2 sealed, 3 the head
+        q.put(b"p" * 500)
+    for _ in range(len(store.why_kept(1).live_messages) + len(store.why_kept(2).live_messages)):
+        q.ack(q.get(block=False))  # both files dead; their ACKs in the head
+    fs.stuck.add(str(store_path / data_file_name(1)))
+    with pytest.raises(msgcask.Error, match="deleting data files"):
+        store.compact()  # file 1 retired and stuck; file 2 kept for now
+    assert (store_path / data_file_name(2)).exists()
+    assert store.stats().data_bytes == data_bytes(store_path)  # stuck files count
+    assert [f.kept_by for f in store.stats().files][:2] == ["nothing (being deleted)"] * 2
+    with pytest.raises(ValueError, match="deletion failed"):
+        store.why_kept(1)
+    tries.clear()
+    stored = []
+    while data_bytes(store_path) + 600 + 64 * 1024 <= limit:
+        stored.append(q.put(b"n" * 500))
+    for _ in range(20):  # every one of these is under pressure, and fits
+        stored.append(q.put(b"n" * 500))
+    assert tries  # passes were tried, and failed on the stuck file
+    assert data_bytes(store_path) <= limit
+    failures = [r for r in caplog.records if "compaction for a put that fits failed" in r.message]
+    assert len(failures) == 1, [r.message for r in failures]
+    assert "deleting data files" in failures[0].message
+    fs.stuck.clear()
+    q.put(b"n" * 500)  # the next pass under pressure deletes both files
+    assert not (store_path / data_file_name(1)).exists()
+    assert not (store_path / data_file_name(2)).exists()
+    store.close()
+    with msgcask.Store(store_path, **options) as reopened:  # type: ignore[arg-type]
+        ids = [m.id for m in reopened.queue("q").browse()]
+        assert set(stored) <= set(ids)
+        assert reopened.verify() == []
+
+
+def test_a_failed_background_deletion_is_logged_without_a_traceback(
+    store_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fs = StuckFiles()
+    tries = fs.tries
+    # No schedule: the flush thread deletes files as they empty, alone.
+    options = {"max_file_size": 64 * 1024, "compaction_interval": None, "sync_interval": 0.01}
+    with msgcask.Store(store_path, _fs=fs, **options) as store:  # type: ignore[arg-type]
+        q = store.queue("q")
+        for _ in range(300):
+            q.put(b"p" * 500)
+        fs.stuck.add(str(store_path / data_file_name(1)))
+        for _ in range(len(store.why_kept(1).live_messages)):
+            q.ack(q.get(block=False))
+        for _ in range(500):
+            if tries:
+                break
+            store._stop.wait(0.01)
+        assert tries
+        store._stop.wait(0.1)  # later syncs find it retired and stuck
+        fs.stuck.clear()
+    messages = [r for r in caplog.records if r.name == "msgcask"]
+    assert not [r for r in messages if r.exc_info], [r.message for r in messages]
+    failures = [r for r in messages if "deleting emptied data files failed" in r.message]
+    assert len(failures) == 1, [r.message for r in messages]
+    assert "Check the permissions" in failures[0].message

@@ -170,6 +170,64 @@ def test_a_compaction_pass_whose_swap_fails_loses_nothing(
         assert reopened.verify() == []
 
 
+def _fail_a_pass_commit_sync_in_the_gap_and_die(
+    path: str, make_sparse: Callable[..., list[int]], report: Connection
+) -> None:
+    """In a child: a compaction pass whose commit fails while puts and acks wait
+    in the index transaction; another thread's routine sync comes in the gap
+    after the pass lets go of the store's lock and before its error reaches
+    the caller; then SIGKILL (no close)."""
+    armed = [0, 0]
+    IndexEnv.commit = _failing_commit(IndexEnv.commit, armed)  # type: ignore[method-assign]
+    held = msgcask.Store._commits_held
+    synced_in_gap = []
+
+    @contextlib.contextmanager
+    def held_then_sync_in_the_gap(self: msgcask.Store) -> Iterator[None]:
+        try:
+            with held(self):
+                yield
+        except lmdb.Error:
+            with contextlib.suppress(msgcask.IndexFailedError):
+                self.sync()  # what the flush thread may do between the two
+            synced_in_gap.append(True)
+            raise
+
+    msgcask.Store._commits_held = held_then_sync_in_the_gap  # type: ignore[method-assign]
+    store = quiet_store(Path(path), max_file_size=64 * 1024)
+    q = store.queue("q")
+    kept = make_sparse(q)
+    store.sync()
+    late = [q.put(b"after the last commit %d" % i) for i in range(20)]
+    acked = [q.get(block=False).id for _ in range(5)]
+    for msg_id in acked:
+        q.ack(msg_id)
+    armed[0] = 1
+    with contextlib.suppress(msgcask.IndexFailedError):
+        store.compact(threshold=0.9)
+    report.send((sorted(set(kept + late) - set(acked)), bool(synced_in_gap)))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_sync_between_a_failed_pass_commit_and_its_error_commits_nothing(
+    store_path: Path, make_sparse: Callable[..., list[int]]
+) -> None:
+    ctx = multiprocessing.get_context("fork")
+    received, sent = ctx.Pipe(duplex=False)
+    child = ctx.Process(
+        target=_fail_a_pass_commit_sync_in_the_gap_and_die,
+        args=(str(store_path), make_sparse, sent),
+    )
+    child.start()
+    assert received.poll(60), "the child died before it reported"
+    expected, synced_in_gap = received.recv()
+    child.join(60)
+    assert child.exitcode == -signal.SIGKILL
+    assert synced_in_gap  # the failure came inside the pass, as this test means
+    with quiet_store(store_path) as reopened:
+        assert sorted(m.id for m in reopened.queue("q").browse()) == expected
+
+
 def test_a_failed_background_commit_stops_background_work_and_refuses_calls(
     store_path: Path, fail_commits: FailCommits, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -13,9 +13,10 @@ import time
 from typing import TYPE_CHECKING
 
 from msgcask.compactor import policy
+from msgcask.compactor.failure_log import RepeatedFailureLog
 from msgcask.compactor.reclaim import finish_deletions, reclaim
 from msgcask.compactor.rewrite import rewrite
-from msgcask.errors import Error
+from msgcask.errors import ClosedError, Error, IndexFailedError
 from msgcask.index.accounting import FileAccount
 from msgcask.stats import CompactionReport, CompactionStats
 from msgcask.store import format as fmt
@@ -47,6 +48,8 @@ class Compactor:
         # Files found with damaged records: never rewrite victims again (they are
         # still deleted whole once nothing in them is needed).
         self._damaged: set[int] = set()
+        self._deletion_failures = RepeatedFailureLog("deleting emptied data files")
+        self._space_failures = RepeatedFailureLog("compaction for a put that fits")
 
     def _views(self) -> list[policy.FileView]:
         store = self._store
@@ -292,9 +295,16 @@ class Compactor:
         if not self._mutex.acquire(blocking=False):
             return 0
         try:
-            return self._reclaim_emptied(set())
+            deleted = self._reclaim_emptied(set())
+        except (ClosedError, IndexFailedError):
+            raise  # the caller stops background work
+        except Error as e:
+            self._deletion_failures.failed(e)  # the files stay retired; retried later
+            return 0
         finally:
             self._mutex.release()
+        self._deletion_failures.succeeded()
+        return deleted
 
     def _reclaim_emptied(self, keep: set[int]) -> int:
         """``reclaim_emptied`` with the mutex held, leaving ``keep`` (a running
@@ -363,8 +373,10 @@ class Compactor:
                     return
                 with store._lock:
                     views = self._views()
+                    # Retired files a failed deletion left: a pass deletes them first.
+                    retired = sum(a.size for a in store._acct.files.values() if a.retired)
                 gain = policy.min_gain_for(store.options.max_file_size)
-                floor = store._data_bytes - policy.reclaimable_bytes(views, gain)
+                floor = store._data_bytes - retired - policy.reclaimable_bytes(views, gain)
                 fits = store._data_bytes + needed <= limit
                 # A pass is worth it if it can bring back the headroom, or if the
                 # record does not fit now and can once dead bytes are gone (a
@@ -375,8 +387,18 @@ class Compactor:
                 store._pacer.forced = True
                 try:
                     self._pass(1.0, target)  # capped by the room left (_budget)
+                except (ClosedError, IndexFailedError):
+                    raise
+                except Error as e:
+                    if not fits:
+                        raise  # says why the put cannot be stored
+                    # The record fits without the headroom: store it, and let a
+                    # later pass retry (a later put under pressure, or the schedule).
+                    self._space_failures.failed(e)
+                    return
                 finally:
                     store._pacer.forced = False
+                self._space_failures.succeeded()
                 if store._data_bytes + target <= limit:
                     return
                 # The dead bytes may be in the write head, which a pass never

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
+from msgcask.compactor.failure_log import RepeatedFailureLog
 from msgcask.errors import Error, IndexFailedError
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ class CompactionScheduler:
         self._store = store
         self._scheduler = None
         self.paused = False
-        self._last_failure = ""  # the error of the last pass, if it failed (logged once)
+        self._failures = RepeatedFailureLog("background compaction pass")
 
     def start(self) -> None:
         interval = self._store.options.compaction_interval
@@ -69,15 +70,11 @@ class CompactionScheduler:
         except IndexFailedError:
             self.pause()  # logged where it was met; every later pass would fail too
         except Error as e:
-            # A condition that lasts (a full disk, a file that cannot be deleted)
-            # fails pass after pass: say so once, and again when it changes.
-            if str(e) != self._last_failure:
-                self._last_failure = str(e)
-                log.error("msgcask: background compaction pass failed: %s", e)
+            self._failures.failed(e)
             return
         except Exception:
             log.exception("msgcask: background compaction pass failed")
-        self._last_failure = ""
+        self._failures.succeeded()
 
     def run_soon(self) -> None:
         """Start the next pass now instead of at the next interval (no-op when
