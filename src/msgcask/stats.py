@@ -18,8 +18,8 @@ class FileStats:
     live_messages: int
     needed_acks: int  # ACK/DELIVER records here that must outlive records elsewhere
     active: bool  # the journal's write head (never compacted)
-    # Being deleted: nothing in it is needed. It stays on disk, and counts in the
-    # store's sizes, only while a deletion that failed waits for its retry.
+    # Being deleted (nothing in it is needed), but still on disk, so counted in the
+    # store's sizes: for a moment in a pass, or until a failed deletion is retried.
     retired: bool = False
 
     @property
