@@ -9,8 +9,9 @@ under it sees every put that has returned.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -40,6 +41,13 @@ class CatchUpLock:
 
     def release(self) -> None:
         self._inner.release()
+
+    @contextlib.contextmanager
+    def without_catch_up(self) -> Iterator[None]:
+        """Hold the lock without catching up: for work that must not write to the
+        index (waking waiters after it failed)."""
+        with self._inner:
+            yield
 
     __enter__ = acquire  # the same call, one frame less on every operation
 

@@ -487,6 +487,10 @@ class Store:
         if self._index_failure is None:
             self._index_failure = error
             log.error("msgcask: index failure in %s: %s", self.path, error)
+            # A get waiting on any queue would wait for ever: no put can come now.
+            with self._lock.without_catch_up():
+                for queue in self._queues.values():
+                    queue.cond.notify_all()
         return self._index_refusal()
 
     def _index_refusal(self) -> IndexFailedError:

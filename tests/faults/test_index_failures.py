@@ -14,6 +14,8 @@ import errno
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -310,3 +312,32 @@ def test_low_free_space_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 
     monkeypatch.setattr(os, "statvfs", lambda path: Full())
     assert disk_advice.free_space_note(str(tmp_path)) == "; its file system has only 0.0 MiB free"
+
+
+def test_a_get_blocked_on_another_queue_hears_of_the_failure(
+    store_path: Path, fail_commits: FailCommits
+) -> None:
+    store = quiet_store(store_path)
+    q = store.queue("q")
+    q.put(b"m")
+    outcome: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            store.queue("idle").get()  # no timeout: only a put or a failure ends it
+        except BaseException as e:
+            outcome.append(e)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    while not store._queues.get("idle") or not store._queues["idle"].waiting:
+        time.sleep(0.001)  # until it waits
+    q.put(b"for the next commit to carry")
+    fail_commits(1)
+    with pytest.raises(msgcask.IndexFailedError):
+        store.sync()
+    consumer.join(10)
+    alive = consumer.is_alive()
+    store.close()  # wakes it in any case, so the test never hangs
+    assert not alive, "the blocked get went on waiting after the index failed"
+    assert len(outcome) == 1 and isinstance(outcome[0], msgcask.IndexFailedError)
