@@ -65,6 +65,11 @@ class CorruptionReport:
     action: str
 
     def __str__(self) -> str:
+        if self.action == "truncated":  # not damage to worry about: a crash mid-write
+            return (
+                f"{self.path}: torn tail at offset {self.offset} ({self.reason}), "
+                f"{self.length} bytes truncated: a write cut short by a crash"
+            )
         return (
             f"{self.path}: {self.reason} at offset {self.offset}, {self.length} bytes {self.action}"
         )
