@@ -13,6 +13,7 @@ import contextlib
 import errno
 import multiprocessing
 import os
+import resource
 import signal
 import threading
 import time
@@ -297,6 +298,8 @@ def test_the_cli_reports_index_failures_without_a_traceback(
         (errno.EDQUOT, "Free disk space"),
         (errno.EACCES, "permissions"),
         (errno.EROFS, "read-write"),
+        (errno.EMFILE, "ulimit -n"),
+        (errno.ENFILE, "fs.file-max"),
         (errno.EIO, "Check the disk"),
     ],
 )
@@ -341,3 +344,25 @@ def test_a_get_blocked_on_another_queue_hears_of_the_failure(
     store.close()  # wakes it in any case, so the test never hangs
     assert not alive, "the blocked get went on waiting after the index failed"
     assert len(outcome) == 1 and isinstance(outcome[0], msgcask.IndexFailedError)
+
+
+def test_too_many_open_files_says_which_limit_to_raise(store_path: Path) -> None:
+    # Every data file of an open store keeps a descriptor: the advice is about
+    # that limit, not the disk, and the refused put stores nothing.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    store = quiet_store(store_path, max_file_size=64 * 1024)
+    q = store.queue("q")
+    q.put(b"x" * 1000)
+    ids = []
+    open_now = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 3, hard))
+    try:
+        with pytest.raises(msgcask.Error, match=r"Too many open files.*ulimit -n"):
+            for _ in range(1000):  # a few data files
+                ids.append(q.put(b"x" * 1000))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    ids.append(q.put(b"x" * 1000))  # the limit raised again: puts go on
+    store.close()
+    with quiet_store(store_path) as reopened:
+        assert [m.id for m in reopened.queue("q").browse()][1:] == ids

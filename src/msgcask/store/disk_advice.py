@@ -1,7 +1,7 @@
 """What to tell the user when the disk refuses: the remedy depends on why.
 
-A full disk, a permission and a read-only file system each need a different
-fix, and LMDB reports a short write on a full disk as a plain I/O error, so
+A full disk, a permission, a read-only file system and a limit on open files
+each need a different fix, and LMDB reports a short write on a full disk as a plain I/O error, so
 the free space is worth saying when it is low.
 """
 
@@ -21,6 +21,14 @@ def remedy(error: OSError) -> str:
         return "Check the permissions of the store's directory and files"
     if error.errno == errno.EROFS:
         return "Remount the file system read-write or move the store"
+    if error.errno == errno.EMFILE:
+        # Not the disk: every data file of an open store keeps a descriptor open.
+        return (
+            "Raise this process's limit on open files (ulimit -n, or RLIMIT_NOFILE), "
+            "or use a bigger max_file_size: an open store keeps each data file open"
+        )
+    if error.errno == errno.ENFILE:
+        return "Close files elsewhere or raise the system's limit on open files (fs.file-max)"
     return "Check the disk"
 
 
