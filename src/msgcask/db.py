@@ -554,7 +554,7 @@ class Store:
                     self.path,
                     failed,
                 )
-                self._scheduler.pause()
+                self._scheduler.halt()
                 return
             try:
                 if time.monotonic() >= next_sync:
@@ -759,11 +759,17 @@ class Store:
             self._check_open()  # closed (or disowned after a fork): do not wait for a pass
             self._compactor.make_room(size, limit)
 
+    def _fits(self, size: int) -> bool:
+        """Whether ``size`` more bytes fit under ``max_store_size`` (with the
+        header of a new data file they may need)."""
+        limit = self.options.max_store_size
+        return limit is None or self._data_bytes + size + fmt.FILE_HEADER_SIZE <= limit
+
     def _check_fits(self, size: int) -> None:
         """Raise StoreFullError (changing nothing) if ``size`` bytes cannot fit."""
-        limit = self.options.max_store_size
-        if limit is None or self._data_bytes + size + fmt.FILE_HEADER_SIZE <= limit:
+        if self._fits(size):
             return
+        limit = self.options.max_store_size
         live = sum(a.live_bytes for a in self._acct.files.values())
         raise StoreFullError(
             f"cannot store {size} more bytes: the data files take {self._data_bytes} bytes of "
@@ -865,8 +871,12 @@ class Store:
                 self._queues[name] = rt
                 raise
             self._catalog.drop_queue(name)
-            self._commit_index()  # so a crash cannot bring the queue back
-            rt.cond.notify_all()
+            try:
+                self._commit_index()  # so a crash cannot bring the queue back
+            finally:
+                # Its waiters are no longer in _queues, where an index failure
+                # looks for them to wake.
+                rt.cond.notify_all()
             pos = self._journal.position
         self._wait_durable(pos)
         return removed

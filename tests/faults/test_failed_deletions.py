@@ -9,6 +9,7 @@ until the retired file is gone.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import shutil
 from pathlib import Path
@@ -167,6 +168,17 @@ def test_a_put_that_fits_is_stored_while_a_retired_file_cannot_be_deleted(
     failures = [r for r in caplog.records if "compaction for a put that fits failed" in r.message]
     assert len(failures) == 1, [r.message for r in failures]
     assert "deleting data files" in failures[0].message
+    # A record that fits only if it needs no new data file's header is refused,
+    # with the error that keeps the room short: the stuck deletion.
+    sizes = [data_bytes(store_path)]
+    for _ in range(5):
+        stored.append(q.put(b"n" * 500))
+        sizes.append(data_bytes(store_path))
+    overhead = min(b - a for a, b in itertools.pairwise(sizes)) - 500
+    room = limit - sizes[-1]
+    with pytest.raises(msgcask.Error, match="deleting data files"):
+        q.put(b"b" * (room - overhead - 16))
+    assert data_bytes(store_path) == sizes[-1]
     fs.stuck.clear()
     q.put(b"n" * 500)  # the next pass under pressure deletes both files
     assert not (store_path / data_file_name(1)).exists()
@@ -204,3 +216,31 @@ def test_a_failed_background_deletion_is_logged_without_a_traceback(
     failures = [r for r in messages if "deleting emptied data files failed" in r.message]
     assert len(failures) == 1, [r.message for r in messages]
     assert "Check the permissions" in failures[0].message
+
+
+def test_files_unlinked_before_a_failed_one_are_gone_from_the_accounts(
+    store_path: Path,
+) -> None:
+    fs = StuckFiles()
+    options = {"max_file_size": 64 * 1024, "compaction_interval": None, "sync_interval": 3600}
+    with msgcask.Store(store_path, _fs=fs, **options) as store:  # type: ignore[arg-type]
+        q = store.queue("q")
+        for _ in range(300):  # files 1 and 2 sealed, 3 the head
+            q.put(b"p" * 500)
+        acked = len(store.why_kept(1).live_messages) + len(store.why_kept(2).live_messages)
+        for _ in range(acked):
+            q.ack(q.get(block=False))
+        fs.stuck.add(str(store_path / data_file_name(2)))
+        with pytest.raises(msgcask.Error, match="deleting data files"):
+            store.compact()  # file 1 is unlinked, file 2 is not
+        assert not (store_path / data_file_name(1)).exists()
+        files = store.stats().files
+        assert [(f.file_id, f.retired) for f in files] == [(2, True), (3, False)]
+        assert files[0].size == (store_path / data_file_name(2)).stat().st_size
+        fs.stuck.clear()
+        store.compact()
+        assert [f.file_id for f in store.stats().files] == [3]
+        assert not (store_path / data_file_name(2)).exists()
+    with msgcask.Store(store_path, **options) as reopened:  # type: ignore[arg-type]
+        assert len(reopened.queue("q")) == 300 - acked
+        assert reopened.verify() == []

@@ -27,6 +27,7 @@ from click.testing import CliRunner
 
 import msgcask
 from msgcask.cli.main import main
+from msgcask.compactor.runner import Compactor
 from msgcask.index.env import IndexEnv
 from msgcask.store import disk_advice
 
@@ -366,3 +367,60 @@ def test_too_many_open_files_says_which_limit_to_raise(store_path: Path) -> None
     store.close()
     with quiet_store(store_path) as reopened:
         assert [m.id for m in reopened.queue("q").browse()][1:] == ids
+
+
+def test_a_get_blocked_on_a_queue_being_deleted_hears_of_the_failure(
+    store_path: Path, fail_commits: FailCommits
+) -> None:
+    store = quiet_store(store_path)
+    q = store.queue("q")
+    outcome: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            q.get()
+        except BaseException as e:
+            outcome.append(e)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    while not store._queues["q"].waiting:
+        time.sleep(0.001)
+    fail_commits(1)
+    with pytest.raises(msgcask.IndexFailedError):
+        store.delete_queue("q")
+    consumer.join(10)
+    alive = consumer.is_alive()
+    store.close()
+    assert not alive, "the blocked get went on waiting after the index failed"
+    assert len(outcome) == 1 and isinstance(outcome[0], msgcask.IndexFailedError)
+
+
+def test_close_returns_when_a_background_pass_meets_an_index_failure(
+    store_path: Path, fail_commits: FailCommits, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # close() waits for the running pass; the pass, failing, must not wait for
+    # the scheduler that close() is shutting down.
+    in_pass, go_on = threading.Event(), threading.Event()
+    run = Compactor.run
+
+    def slow_background_pass(self: Compactor, *args: object, **kwargs: object) -> object:
+        if kwargs.get("background"):
+            in_pass.set()
+            go_on.wait(10)
+        return run(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Compactor, "run", slow_background_pass)
+    store = msgcask.Store(store_path, compaction_interval=0.05, sync_interval=3600)
+    store.queue("q").put(b"m")
+    assert in_pass.wait(10)
+    fail_commits(1)
+    with pytest.raises(msgcask.IndexFailedError):
+        store.sync()
+    closer = threading.Thread(target=store.close, daemon=True)
+    closer.start()
+    time.sleep(0.2)  # close() is waiting for the pass
+    go_on.set()  # which now meets the failure
+    closer.join(10)
+    assert not closer.is_alive(), "close() hung"
+    assert not (store_path / "index").exists()  # it finished: the index is discarded

@@ -432,7 +432,7 @@ def test_torn_tail_of_the_journal_head_below_a_newer_compacted_file_is_truncated
     with open_store(store_path) as store:
         [report] = store.recovery.corruptions
         assert (report.file_id, report.offset, report.action) == (3, good, "truncated")
-        assert str(report).startswith(f"{head}: torn tail at offset {good} (")
+        assert str(report).startswith(f"{head}: torn or damaged tail at offset {good} (")
         assert [m for m, _ in browse(store)] == [2, 5, 6]
         new = store.queue("q").put(b"after")
         assert new > 6

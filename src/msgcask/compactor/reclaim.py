@@ -123,34 +123,44 @@ def finish_deletions(store: Store) -> None:
 
 
 def delete_retired(store: Store, file_ids: list[int]) -> int:
-    """Unlink retired files, make that durable, and forget them; return bytes freed."""
-    freed = 0
+    """Unlink retired files, make that durable, and forget them; return bytes freed.
+
+    If an unlink fails, those unlinked before it are still made durable and
+    forgotten (they are gone from the disk), and then the error is raised."""
+    gone: dict[int, int] = {}  # file id: its size
+    failure: OSError | None = None
     for file_id in file_ids:
         crash_point("reclaim.before_unlink")
         with store._lock:
             handle = store._handles.pop(file_id, None)  # None: gone in a failed try
             if handle is not None:
-                freed += handle.size
+                size = handle.size
                 handle.close()
             else:
-                freed += store._acct[file_id].size
+                size = store._acct[file_id].size
         try:
             store._fs.unlink(os.path.join(store.path, data_file_name(file_id)))
         except FileNotFoundError:
             pass  # already gone: that is what we want
         except OSError as e:
+            failure = e
+            break
+        gone[file_id] = size
+    if gone:
+        try:
+            store._fs.fsync_dir(store.path)
+        except OSError as e:
             raise _delete_failed(store, e) from e
-    try:
-        store._fs.fsync_dir(store.path)
-    except OSError as e:
-        raise _delete_failed(store, e) from e
-    crash_point("reclaim.after_unlink")
-    with store._lock:
-        for file_id in file_ids:
-            store._acct.forget(file_id)
-        with store._append_lock:  # puts add to it under that lock alone
-            store._data_bytes -= freed
-    return freed
+        if failure is None:
+            crash_point("reclaim.after_unlink")
+        with store._lock:
+            for file_id in gone:
+                store._acct.forget(file_id)
+            with store._append_lock:  # puts add to it under that lock alone
+                store._data_bytes -= sum(gone.values())
+    if failure is not None:
+        raise _delete_failed(store, failure) from failure
+    return sum(gone.values())
 
 
 def _delete_failed(store: Store, error: OSError) -> Error:

@@ -377,7 +377,7 @@ class Compactor:
                     retired = sum(a.size for a in store._acct.files.values() if a.retired)
                 gain = policy.min_gain_for(store.options.max_file_size)
                 floor = store._data_bytes - retired - policy.reclaimable_bytes(views, gain)
-                fits = store._data_bytes + needed <= limit
+                fits = store._fits(needed)
                 # A pass is worth it if it can bring back the headroom, or if the
                 # record does not fit now and can once dead bytes are gone (a
                 # deletable file needs no room for a copy). Else it copies in vain.

@@ -40,6 +40,7 @@ class CompactionScheduler:
         self._store = store
         self._scheduler = None
         self.paused = False
+        self._halted = False  # by a failure that every later pass would meet too
         self._failures = RepeatedFailureLog("background compaction pass")
 
     def start(self) -> None:
@@ -62,13 +63,15 @@ class CompactionScheduler:
         self._scheduler = scheduler
 
     def _run(self) -> None:
+        if self._halted:
+            return
         try:
             self._store._compact_in_background()
         except lmdb.Error as e:
             self._store._index_failed(e)  # logged; the store now refuses calls
-            self.pause()
+            self.halt()
         except IndexFailedError:
-            self.pause()  # logged where it was met; every later pass would fail too
+            self.halt()  # logged where it was met; every later pass would fail too
         except Error as e:
             self._failures.failed(e)
             return
@@ -86,6 +89,13 @@ class CompactionScheduler:
         job = self._scheduler.get_job("compaction")
         if job is not None:
             job.modify(next_run_time=datetime.now(self._scheduler.timezone))
+
+    def halt(self) -> None:
+        """Stop running passes for good, from any thread. Unlike ``pause`` it does
+        not call into APScheduler: from the job's own thread that could wait for
+        ever on the lock a ``shutdown`` holds while it waits for the job."""
+        self._halted = True
+        self.paused = True
 
     def pause(self) -> None:
         self.paused = True

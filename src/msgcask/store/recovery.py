@@ -65,10 +65,10 @@ class CorruptionReport:
     action: str
 
     def __str__(self) -> str:
-        if self.action == "truncated":  # not damage to worry about: a crash mid-write
+        if self.action == "truncated":  # most often a write a crash cut short
             return (
-                f"{self.path}: torn tail at offset {self.offset} ({self.reason}), "
-                f"{self.length} bytes truncated: a write cut short by a crash"
+                f"{self.path}: torn or damaged tail at offset {self.offset} ({self.reason}), "
+                f"{self.length} bytes truncated"
             )
         return (
             f"{self.path}: {self.reason} at offset {self.offset}, {self.length} bytes {self.action}"
