@@ -41,16 +41,38 @@ class StuckFiles(FileSystem):
         super().unlink(path)
 
 
+# 64 KiB data files; no background pass, no background sync: the test decides.
+QUIET_SMALL_FILES: dict[str, object] = {
+    "max_file_size": 64 * 1024,
+    "compaction_interval": None,
+    "sync_interval": 3600,
+}
+
+
+def three_files(store: msgcask.Store) -> msgcask.Queue:
+    """Queue "q" with 300 messages of 500 bytes: with 64 KiB data files, files 1
+    and 2 sealed and 3 the head."""
+    q = store.queue("q")
+    for _ in range(300):
+        q.put(b"p" * 500)
+    return q
+
+
+def consume(store: msgcask.Store, q: msgcask.Queue, *file_ids: int) -> int:
+    """Get and ack every message live in ``file_ids``, the oldest files (their
+    ACKs go to the head); return how many."""
+    count = sum(len(store.why_kept(f).live_messages) for f in file_ids)
+    for _ in range(count):
+        q.ack(q.get(block=False))
+    return count
+
+
 def test_no_file_is_deleted_while_a_retired_one_is_still_on_disk(store_path: Path) -> None:
     fs = StuckFiles()
-    options = {"max_file_size": 64 * 1024, "compaction_interval": None, "sync_interval": 3600}
+    options = QUIET_SMALL_FILES
     store = msgcask.Store(store_path, _fs=fs, **options)  # type: ignore[arg-type]
-    q = store.queue("q")
-    for _ in range(300):  # files 1 and 2 sealed, 3 the head
-        q.put(b"p" * 500)
-    in_first = len(store.why_kept(1).live_messages)
-    for _ in range(in_first):
-        q.ack(q.get(block=False))  # their ACKs go to the head
+    q = three_files(store)
+    consume(store, q, 1)
     fs.stuck.add(str(store_path / data_file_name(1)))
     with pytest.raises(msgcask.Error, match=r"deleting data files.*Check the permissions"):
         store.compact()
@@ -86,14 +108,11 @@ def test_background_passes_that_keep_failing_log_it_once(
 ) -> None:
     fs = StuckFiles()
     tries = fs.tries
-    options = {"max_file_size": 64 * 1024, "compaction_interval": 0.02, "sync_interval": 3600}
+    options = {**QUIET_SMALL_FILES, "compaction_interval": 0.02}
     with msgcask.Store(store_path, _fs=fs, **options) as store:  # type: ignore[arg-type]
         store.pause_compaction()
-        q = store.queue("q")
-        for _ in range(300):
-            q.put(b"p" * 500)
-        for _ in range(len(store.why_kept(1).live_messages)):
-            q.ack(q.get(block=False))
+        q = three_files(store)
+        consume(store, q, 1)
         fs.stuck.add(str(store_path / data_file_name(1)))
         store.resume_compaction()
         for _ in range(500):  # each pass tries the deletion again first
@@ -112,14 +131,10 @@ def test_files_retired_by_a_pass_whose_fsync_failed_are_not_deleted_later(
 ) -> None:
     # The retirement was never committed: the store refuses writes, and passes too.
     fs = FaultyFileSystem()
-    options = {"max_file_size": 64 * 1024, "compaction_interval": None, "sync_interval": 3600}
+    options = QUIET_SMALL_FILES
     store = msgcask.Store(store_path, _fs=fs, **options)  # type: ignore[arg-type]
-    q = store.queue("q")
-    for _ in range(300):
-        q.put(b"p" * 500)
-    acked = len(store.why_kept(1).live_messages)
-    for _ in range(acked):
-        q.ack(q.get(block=False))
+    q = three_files(store)
+    acked = consume(store, q, 1)
     on_disk = sorted(store_path.glob("*.log"))
     fs.fail_fsync = True
     with pytest.raises(msgcask.Error, match="fsync of the journal"):
@@ -142,13 +157,10 @@ def test_a_put_that_fits_is_stored_while_a_retired_file_cannot_be_deleted(
     fs = StuckFiles()
     tries = fs.tries
     limit = 6 * 64 * 1024
-    options = {"max_file_size": 64 * 1024, "compaction_interval": None, "sync_interval": 3600}
+    options = QUIET_SMALL_FILES
     store = msgcask.Store(store_path, _fs=fs, max_store_size=limit, **options)  # type: ignore[arg-type]
-    q = store.queue("q")
-    for _ in range(300):  # files 1 and 2 sealed, 3 the head
-        q.put(b"p" * 500)
-    for _ in range(len(store.why_kept(1).live_messages) + len(store.why_kept(2).live_messages)):
-        q.ack(q.get(block=False))  # both files dead; their ACKs in the head
+    q = three_files(store)
+    consume(store, q, 1, 2)  # both files dead; their ACKs in the head
     fs.stuck.add(str(store_path / data_file_name(1)))
     with pytest.raises(msgcask.Error, match="deleting data files"):
         store.compact()  # file 1 retired and stuck; file 2 kept for now
@@ -196,14 +208,11 @@ def test_a_failed_background_deletion_is_logged_without_a_traceback(
     fs = StuckFiles()
     tries = fs.tries
     # No schedule: the flush thread deletes files as they empty, alone.
-    options = {"max_file_size": 64 * 1024, "compaction_interval": None, "sync_interval": 0.01}
+    options = {**QUIET_SMALL_FILES, "sync_interval": 0.01}
     with msgcask.Store(store_path, _fs=fs, **options) as store:  # type: ignore[arg-type]
-        q = store.queue("q")
-        for _ in range(300):
-            q.put(b"p" * 500)
+        q = three_files(store)
         fs.stuck.add(str(store_path / data_file_name(1)))
-        for _ in range(len(store.why_kept(1).live_messages)):
-            q.ack(q.get(block=False))
+        consume(store, q, 1)
         for _ in range(500):
             if tries:
                 break
@@ -222,14 +231,10 @@ def test_files_unlinked_before_a_failed_one_are_gone_from_the_accounts(
     store_path: Path,
 ) -> None:
     fs = StuckFiles()
-    options = {"max_file_size": 64 * 1024, "compaction_interval": None, "sync_interval": 3600}
+    options = QUIET_SMALL_FILES
     with msgcask.Store(store_path, _fs=fs, **options) as store:  # type: ignore[arg-type]
-        q = store.queue("q")
-        for _ in range(300):  # files 1 and 2 sealed, 3 the head
-            q.put(b"p" * 500)
-        acked = len(store.why_kept(1).live_messages) + len(store.why_kept(2).live_messages)
-        for _ in range(acked):
-            q.ack(q.get(block=False))
+        q = three_files(store)
+        acked = consume(store, q, 1, 2)
         fs.stuck.add(str(store_path / data_file_name(2)))
         with pytest.raises(msgcask.Error, match="deleting data files"):
             store.compact()  # file 1 is unlinked, file 2 is not

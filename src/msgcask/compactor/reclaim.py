@@ -146,6 +146,7 @@ def delete_retired(store: Store, file_ids: list[int]) -> int:
             failure = e
             break
         gone[file_id] = size
+    freed = sum(gone.values())
     if gone:
         try:
             store._fs.fsync_dir(store.path)
@@ -157,10 +158,10 @@ def delete_retired(store: Store, file_ids: list[int]) -> int:
             for file_id in gone:
                 store._acct.forget(file_id)
             with store._append_lock:  # puts add to it under that lock alone
-                store._data_bytes -= sum(gone.values())
+                store._data_bytes -= freed
     if failure is not None:
         raise _delete_failed(store, failure) from failure
-    return sum(gone.values())
+    return freed
 
 
 def _delete_failed(store: Store, error: OSError) -> Error:

@@ -1,8 +1,8 @@
 """What to tell the user when the disk refuses: the remedy depends on why.
 
 A full disk, a permission, a read-only file system and a limit on open files
-each need a different fix, and LMDB reports a short write on a full disk as a plain I/O error, so
-the free space is worth saying when it is low.
+each need a different fix, and LMDB reports a short write on a full disk as a
+plain I/O error, so the free space is worth saying when it is low.
 """
 
 from __future__ import annotations
