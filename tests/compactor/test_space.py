@@ -124,6 +124,26 @@ def test_store_full_only_when_live_data_fills_it_and_changes_nothing(tmp_path: P
         assert store.verify() == []
 
 
+def test_a_put_retried_between_acks_of_a_full_store_adds_no_files(tmp_path: Path) -> None:
+    # A producer retries its refused put while a consumer acks one message at a
+    # time: each try finds a few marks in the write head, which sealing would only
+    # move to a new file of its own (one descriptor and one directory entry per try).
+    with _open(tmp_path / "store", max_store_size=4 * MFS) as store:
+        q = store.queue("q")
+        _fill_until_full(q, b"x" * 1000)
+        files_before = len(store.stats().files)
+        refused = 0
+        for _ in range(40):
+            q.ack(q.get(block=False))
+            try:
+                q.put(b"y")
+            except msgcask.StoreFullError:
+                refused += 1
+        assert refused >= 30  # the loop ran against a full store
+        assert len(store.stats().files) <= files_before + 1, _files(store)
+        assert store.verify() == []
+
+
 def test_a_put_that_fits_once_a_dead_file_is_deleted_is_not_refused(store_path: Path) -> None:
     # Deleting the dead file leaves room for the put, but not the file of headroom
     # that space pressure aims for: the file must still be deleted, not the put refused.

@@ -402,10 +402,14 @@ class Compactor:
                 if store._data_bytes + target <= limit:
                     return
                 # The dead bytes may be in the write head, which a pass never
-                # touches: seal it so the next pass can.
+                # touches: seal it so the next pass can, if that pass would take
+                # it. A head of a few marks is not worth a new file: a caller
+                # retrying a refused put between acks would get one per try.
                 with store._lock:
-                    head = store._acct.peek(store._journal.head_id)
-                    if head.size > head.live_bytes + 2 * fmt.FILE_HEADER_SIZE:
+                    head = _view(store._acct.peek(store._journal.head_id), 0.0, False)
+                    if (head.reclaimable and head.size > 2 * fmt.FILE_HEADER_SIZE) or (
+                        head.dead_bytes >= gain
+                    ):
                         store._roll_over()
 
 
