@@ -64,8 +64,8 @@ class ScanReport:
     def _problems(self, skip: codec.Damage | None) -> list[str]:
         out = []
         for f in self.files:
-            if f.header_error:
-                out.append(f"{f.path}: {f.header_error}")
+            if f.header_error:  # its message names the file already
+                out.append(f.header_error)
             out += [f"{f.path}: {_describe(d)}" for d in f.damage if d is not skip]
         return out
 

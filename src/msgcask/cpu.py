@@ -1,8 +1,8 @@
 """Running a process's threads on one CPU.
 
-CPython threads take turns holding one interpreter lock, and msgcask's calls
-release it about a dozen times per put, get and ack (every py-lmdb call, every
-``pwrite`` and ``pread``). With two CPUs, each release lets a thread waiting on
+CPython threads take turns holding one interpreter lock, and msgcask's get and
+ack release it about ten times together (every py-lmdb call, every ``pread`` of
+an older file); a plain put, which writes through a memory map, none. With two CPUs, each release lets a thread waiting on
 the other CPU in: the caller then waits to get the lock back, and background
 work (a compaction pass, the flush) takes it at every system call a
 foreground call makes. Confined to one CPU, a thread that releases the lock

@@ -75,7 +75,7 @@ class Options:
             0 < self.compaction_interval <= MAX_COMPACTION_INTERVAL
         ):
             raise ValueError(
-                f"compaction_interval must be > 0 and at most {MAX_COMPACTION_INTERVAL:g} "
+                f"compaction_interval must be > 0 and at most {MAX_COMPACTION_INTERVAL:.0f} "
                 f"seconds (a year), or None to turn the schedule off; got {self.compaction_interval}"
             )
         if self.max_store_size is not None:

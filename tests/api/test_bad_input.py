@@ -827,7 +827,11 @@ def _open_failures(tmp_path: Path) -> dict[str, tuple[object, type[Exception], s
             msgcask.Error,
             "Is a directory",
         ),
-        "garbage_data_file": (tmp_path / "garbage", msgcask.CorruptionError, "bad magic"),
+        "garbage_data_file": (
+            tmp_path / "garbage",
+            msgcask.CorruptionError,
+            "bad magic.*msgcask check .*garbage",  # what to do, and where
+        ),
         "bytes_path": (_BytesPath(tmp_path / "bytes-store"), TypeError, "str path"),
     }
 

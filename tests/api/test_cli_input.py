@@ -78,3 +78,14 @@ def test_bad_run_settings_are_usage_errors(
     code, output = _run(command, [*args, "--out", str(out)])
     assert code == 2, output
     assert not out.exists()
+
+
+def test_check_names_a_file_with_a_damaged_header_once(store_dir: Path) -> None:
+    data_file = next(store_dir.glob("*.log"))
+    with data_file.open("r+b") as f:
+        f.write(b"NOTMAGIC")
+    code, output = _run(main, ["check", str(store_dir)])
+    assert code == 1
+    problems = [line for line in output.splitlines() if "bad magic" in line]
+    assert len(problems) == 1, output
+    assert problems[0].count(str(data_file)) == 1, problems[0]

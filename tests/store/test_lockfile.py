@@ -56,7 +56,9 @@ def test_lock_records_the_holder_pid(lock_path: str) -> None:
 def test_second_lock_in_the_same_process_is_refused(lock_path: str) -> None:
     lock = StoreLock(lock_path)
     try:
-        with pytest.raises(msgcask.StoreLockedError, match=f"pid {os.getpid()}"):
+        with pytest.raises(
+            msgcask.StoreLockedError, match=f"already open in this process \\(pid {os.getpid()}\\)"
+        ):
             StoreLock(lock_path)
         # The refused attempt must not have disturbed the holder's record.
         assert lock_holder(lock_path) == os.getpid()

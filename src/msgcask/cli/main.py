@@ -80,8 +80,8 @@ MAX_FILE_SIZE = click.option(
 @click.option(
     "--index/--no-index",
     default=False,
-    help="Also verify the index against the data files. This opens the store (it must "
-    "not be open elsewhere) and so runs its recovery.",
+    help="Also verify the index against the data files. This opens the store and so "
+    "runs its recovery; if another process has it open, only the data files are checked.",
 )
 @MAX_FILE_SIZE
 def check(path: str, index: bool, max_file_size: int | None) -> None:

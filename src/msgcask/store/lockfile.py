@@ -25,10 +25,14 @@ class StoreLock:
         except BlockingIOError:
             holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "unknown"
             os.close(self.fd)
+            where = (
+                f"already open in this process (pid {holder}) or in a child forked from it"
+                if holder == str(os.getpid())
+                else f"open in another process (pid {holder}) or elsewhere in this one"
+            )
             raise StoreLockedError(
-                f"{os.path.dirname(path)} is open in another process (pid {holder}) or "
-                "elsewhere in this one; close it there first, or inspect it read-only with "
-                "`msgcask check`"
+                f"{os.path.dirname(path)} is {where}; close it there first, or inspect it "
+                "read-only with `msgcask check`"
             ) from None
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)

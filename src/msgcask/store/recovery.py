@@ -121,7 +121,14 @@ def open_data_files(fs: FileSystem, directory: str, *, writable: bool = True) ->
                 header = codec.decode_file_header(raw, path)
             except CorruptionError as e:
                 if not (writable and _torn_creation(handle, raw, file_id, names)):
-                    raise
+                    raise CorruptionError(
+                        f"{e}. Run `msgcask check {directory}` to list every problem; then "
+                        "restore the store from a backup, or move the file out and reopen "
+                        "(see CorruptionError in docs/operations.md for what that loses)",
+                        path=e.path,
+                        offset=e.offset,
+                        length=e.length,
+                    ) from e
                 # The newest file, created just before a crash (its bytes never
                 # reached the disk, only its name): it holds nothing; remove it.
                 del handles[file_id]
