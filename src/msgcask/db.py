@@ -115,6 +115,11 @@ def _disown_after_fork() -> None:
 os.register_at_fork(after_in_child=_disown_after_fork)
 
 
+def _describe(error: BaseException | None) -> str:
+    """An error's message, or its type for one without (KeyboardInterrupt)."""
+    return str(error) or type(error).__name__
+
+
 def _index_errors(method: _Method) -> _Method:
     """Re-raise LMDB failures of a Store method as IndexFailedError (the index
     is then rebuilt on the next open)."""
@@ -324,7 +329,7 @@ class Store:
         # The first LMDB failure since open. LMDB aborted what it was doing, so the
         # index now lacks changes the store made: from then on the store refuses
         # every call but close, and close discards the index (_index_failed).
-        self._index_failure: Exception | None = None
+        self._index_failure: BaseException | None = None
         self._queues: dict[str, _QueueRuntime] = {}
         # Delivered and unacked: id -> (queue, delivery count of that delivery).
         self._inflight: dict[int, tuple[_QueueRuntime, int]] = {}
@@ -435,10 +440,14 @@ class Store:
             self._flusher.join()
         # A pass started by compact() or by space pressure in another thread
         # ends first: its files and index entries go away below.
-        with self._compactor.pass_lock(), self._lock, self._append_lock:
+        # The lock is taken without catching up: the catch-up runs inside the
+        # try, so a failing one still ends in the cleanup below.
+        with self._compactor.pass_lock(), self._lock.without_catch_up(), self._append_lock:
             if self._closed:
                 return
             try:
+                if self._index_failure is None:
+                    self._apply_pending()
                 if self._journal.sync_failure is not None:
                     # Already raised to the call whose fsync failed, and nothing
                     # can be made durable now: the index stays as last committed,
@@ -475,7 +484,7 @@ class Store:
         state = "closed" if self._closed else "open"
         return f"<msgcask.Store {self.path!r} {state}>"
 
-    def _index_failed(self, error: Exception) -> IndexFailedError:
+    def _index_failed(self, error: BaseException) -> IndexFailedError:
         """The msgcask error for an LMDB failure at run time (raise it ``from`` it).
 
         LMDB has aborted the transaction it failed in, and with it index changes
@@ -486,7 +495,7 @@ class Store:
         from the data files."""
         if self._index_failure is None:
             self._index_failure = error
-            log.error("msgcask: index failure in %s: %s", self.path, error)
+            log.error("msgcask: index failure in %s: %s", self.path, _describe(error))
             # A get waiting on any queue would wait for ever: no put can come now.
             with self._lock.without_catch_up():
                 for queue in self._queues.values():
@@ -496,7 +505,7 @@ class Store:
     def _index_refusal(self) -> IndexFailedError:
         error = self._index_failure
         return IndexFailedError(
-            f"the index of {self.path} failed ({error}){free_space_note(self.path)}; the store "
+            f"the index of {self.path} failed ({_describe(error)}){free_space_note(self.path)}; the store "
             "refuses further calls and the data files are intact. Close the store and open it "
             "again: the index is rebuilt from them."
         )
@@ -667,8 +676,17 @@ class Store:
         by_file: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
         for msg_id, rt, priority, file_id, offset, size in pending:
             by_file.setdefault(file_id, []).append((msg_id, rt.qid, priority, offset, size, 0))
-        for file_id, items in by_file.items():
-            self._catalog.add_many(file_id, items, fresh=True)
+        try:
+            for file_id, items in by_file.items():
+                self._catalog.add_many(file_id, items, fresh=True)
+        except lmdb.Error as e:
+            raise self._index_failed(e) from e
+        except BaseException as e:
+            # Interrupted (Ctrl-C) with entries of returned puts out of the list
+            # and not all in the index: a commit now would put the checkpoint
+            # past their records. The index is failed instead, and rebuilt.
+            self._index_failed(e)
+            raise
         for msg_id, rt, priority, *_ in pending:
             if rt.cursor is not None or rt.selector_cursors:
                 rt.rewind(keys.order_key(rt.qid, priority, msg_id))

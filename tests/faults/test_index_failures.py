@@ -424,3 +424,66 @@ def test_close_returns_when_a_background_pass_meets_an_index_failure(
     closer.join(10)
     assert not closer.is_alive(), "close() hung"
     assert not (store_path / "index").exists()  # it finished: the index is discarded
+
+
+def _puts_left_pending(store: msgcask.Store, n: int) -> None:
+    """``n`` puts from another thread: they return with their index entries left
+    for the next holder of the store's lock to write."""
+    q = store.queue("q")
+    producer = threading.Thread(target=lambda: [q.put(b"p%d" % i) for i in range(n)])
+    producer.start()
+    producer.join()
+    assert store._pending, "the puts did not leave their entries pending"
+
+
+def _catch_up_fails_once(
+    store: msgcask.Store, monkeypatch: pytest.MonkeyPatch, error: BaseException
+) -> None:
+    real = store._catalog.add_many
+
+    def add_many(*args: object, **kwargs: object) -> None:
+        monkeypatch.setattr(store._catalog, "add_many", real)
+        raise error
+
+    monkeypatch.setattr(store._catalog, "add_many", add_many)
+
+
+def test_a_catch_up_interrupted_by_ctrl_c_loses_no_returned_put(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = quiet_store(store_path)
+    store.queue("q").put(b"first")
+    _puts_left_pending(store, 5)
+    _catch_up_fails_once(store, monkeypatch, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        store.queue("q").get(timeout=0.1)  # its lock catches up, and is interrupted
+    with pytest.raises(msgcask.IndexFailedError, match="KeyboardInterrupt"):
+        store.queue("q").put(b"refused")
+    store.close()  # as leaving a ``with`` block would: it must not commit
+    with msgcask.open(store_path, compaction_interval=None) as reopened:
+        bodies = sorted(m.body for m in reopened.queue("q").browse())
+    assert bodies == sorted([b"first"] + [b"p%d" % i for i in range(5)])
+
+
+@pytest.mark.parametrize("call", ["close", "transaction_ack", "transaction_put"])
+def test_a_catch_up_whose_index_write_fails_raises_index_failed_and_closes_cleanly(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    store = quiet_store(store_path)
+    q = store.queue("q")
+    q.put(b"first")
+    delivered = q.get(timeout=1)
+    _puts_left_pending(store, 3)
+    _catch_up_fails_once(store, monkeypatch, lmdb.CorruptedError("mdb_put: injected"))
+    with pytest.raises(msgcask.IndexFailedError):
+        if call == "close":
+            store.close()
+        elif call == "transaction_ack":
+            store.transaction().ack(delivered)
+        else:
+            store.transaction().put("q", b"refused")
+    store.close()
+    # Closed for good: the lock is free and nothing returned is lost.
+    with msgcask.open(store_path, compaction_interval=None) as reopened:
+        bodies = sorted(m.body for m in reopened.queue("q").browse())
+    assert bodies == sorted([b"first"] + [b"p%d" % i for i in range(3)])
