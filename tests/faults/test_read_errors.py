@@ -7,6 +7,7 @@ never as a raw OSError.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -85,3 +86,94 @@ def test_read_error_during_open_raises_msgcask_error_and_changes_nothing(
     with open_store(store_path, fs) as store:
         assert [m.id for m in store.queue("q").browse()] == ids
         assert store.verify() == []
+
+
+def _sparse_files(store: msgcask.Store) -> list[int]:
+    q = store.queue("q")
+    for i in range(600):
+        q.put(b"%04d" % i + bytes(400))
+    for i in range(600):
+        m = q.get(block=False)
+        if i % 10:
+            q.ack(m)  # every tenth stays, delivered: each sealed file is sparse
+    return [f.file_id for f in store.stats().files if f.file_id != store._journal.head_id]
+
+
+def test_an_unreadable_victim_is_left_alone_and_the_others_are_compacted(
+    store_path: Path,
+) -> None:
+    fs = FaultyFileSystem()
+    with open_store(store_path, fs) as store:
+        sealed = _sparse_files(store)
+        assert len(sealed) >= 3
+        bad = store_path / f"{sealed[0]:010d}.log"
+        fs.bad_sectors[str(bad)] = set(range(0, SMALL_FILE, 512))
+        report = store.compact(threshold=0.5)  # not an OSError
+        assert report.files_rewritten == len(sealed) - 1
+        left = [f.file_id for f in store.stats().files]
+        assert sealed[0] in left and not set(sealed[1:]) & set(left)
+        fs.bad_sectors.clear()
+        assert store.verify() == []
+
+
+def _consumed_through_a_transaction(store: msgcask.Store) -> tuple[int, int]:
+    """A compacted file C whose messages are all consumed (its dead PUT records
+    hold ACKs elsewhere), and a sealed file A of messages that were acked and
+    forwarded in transactions not yet synced; returns (C, number of A's messages)."""
+    c = store.queue("c")
+    for _ in range(250):
+        c.put(b"c" * 500)
+    got = [c.get(block=False) for _ in range(250)]
+    for i, m in enumerate(got):
+        (c.nack if i % 10 == 0 else c.ack)(m)
+    store.compact(threshold=1.0)
+    [compacted] = [f.file_id for f in store.stats().files if f.kind == "compacted"]
+    a = store.queue("a")
+    for _ in range(150):
+        a.put(b"a" * 500)  # fills and seals a file of their own
+    while len(c):
+        c.ack(c.get(block=False))
+    while len(a):
+        m = a.get(block=False)
+        with store.transaction() as tx:
+            tx.ack(m)
+            tx.put("fwd", m.body)
+    return compacted, 150
+
+
+@pytest.mark.parametrize("fault", ["read error", "other error"])
+def test_a_deletion_cut_short_by_a_failing_file_leaves_the_others_durable(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    # Files are retired one by one: when a later one fails, those retired before it
+    # are deleted by the next pass, so their retirement (and the ACKs it relies on)
+    # must be durable first, or a power cut keeps the deletion and loses the acks.
+    from faulty_fs import abandon
+
+    from msgcask.compactor import needed
+
+    fs = FaultyFileSystem()
+    options = {"max_file_size": SMALL_FILE, "compaction_interval": None, "sync_interval": 3600}
+    store = msgcask.Store(store_path, _fs=fs, **options)  # type: ignore[arg-type]
+    compacted, count = _consumed_through_a_transaction(store)
+    if fault == "read error":
+        fs.bad_sectors[str(store_path / f"{compacted:010d}.log")] = set(range(0, 200_000, 512))
+    else:
+        real = needed.find_any
+
+        def find_any(store: msgcask.Store, file_id: int) -> object:
+            if file_id == compacted:
+                raise msgcask.Error("injected")
+            return real(store, file_id)
+
+        monkeypatch.setattr(needed, "find_any", find_any)
+    for _ in range(2):
+        with contextlib.suppress(msgcask.Error):
+            store.compact()
+    abandon(store)
+    fs.power_cut()
+    shutil.rmtree(store_path / "index")
+    fs.bad_sectors.clear()
+    monkeypatch.undo()
+    with msgcask.Store(store_path, **options) as reopened:  # type: ignore[arg-type]
+        assert len(reopened.queue("a")) + len(reopened.queue("fwd")) == count

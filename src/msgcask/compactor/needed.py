@@ -17,6 +17,7 @@ counts show the range held them all.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -30,6 +31,8 @@ from msgcask.store import format as fmt
 
 if TYPE_CHECKING:
     from msgcask.db import Store
+
+log = logging.getLogger("msgcask")
 
 
 @dataclass
@@ -197,11 +200,17 @@ def find_any(store: Store, file_id: int) -> tuple[bytes, Needed, int]:
     """What in a sealed file is needed, from the index when ``find_by_id``
     applies, else by reading the file (no lock: it never changes). Returns the
     bytes ``Needed.puts`` points into, what is needed, and how many damaged
-    stretches the read found (0 when the file was not read)."""
-    from_index = find_by_id(store, file_id)
-    if from_index is not None:
-        return (*from_index, 0)
-    buf = store._handles[file_id].read_all()
+    stretches the read found (0 when the file was not read). A file that
+    cannot be read (EIO) counts as damaged: its records cannot be copied, so
+    it must stay."""
+    try:
+        from_index = find_by_id(store, file_id)
+        if from_index is not None:
+            return (*from_index, 0)
+        buf = store._handles[file_id].read_all()
+    except OSError as e:
+        log.warning("msgcask: data file %d cannot be read (%s)", file_id, e.strerror or e)
+        return b"", Needed(file_id), 1
     records = parse(buf, store._pacer.pause)
     return buf, find(store, file_id, records), records.damaged
 

@@ -40,16 +40,22 @@ def reclaim(store: Store, file_ids: list[int]) -> tuple[int, int]:
     """Delete whole files that hold nothing needed; return (files, bytes) freed."""
     retired: list[int] = []
     with store._commits_held():
-        _retire(store, file_ids, retired)
-        if not retired:
-            return 0, 0
-        with store._lock:
-            pos = store._journal.position
-        # The ACKs these deletions rely on must be durable before the deletions
-        # are: else a power cut could keep the deletion and lose what it followed.
-        store._sync_journal_to(pos)
-        with store._lock:
-            store._commit_index(force=True)
+        try:
+            _retire(store, file_ids, retired)
+        finally:
+            # Also when a later file failed: the ones retired so far are
+            # deleted by the next pass, which must find their retirement durable.
+            if retired:
+                with store._lock:
+                    pos = store._journal.position
+                # The ACKs these deletions rely on must be durable before the
+                # deletions are: else a power cut could keep the deletion and
+                # lose what it followed.
+                store._sync_journal_to(pos)
+                with store._lock:
+                    store._commit_index(force=True)
+    if not retired:
+        return 0, 0
     return len(retired), delete_retired(store, retired)
 
 

@@ -96,7 +96,9 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
             # What the damage hides (a live message, a needed ACK) could not be
             # copied, so the file could not be deleted after the swap; and every
             # victim named in the MANIFEST must be. Leave it out of this pass.
-            log.warning("msgcask: data file %d has damaged records; not compacted", victim)
+            log.warning(
+                "msgcask: data file %d has damaged or unreadable records; not compacted", victim
+            )
             skipped.append(victim)
             continue
         dead_puts[victim] = found.dead_puts
