@@ -496,11 +496,17 @@ class Store:
         if self._index_failure is None:
             self._index_failure = error
             log.error("msgcask: index failure in %s: %s", self.path, _describe(error))
-            # A get waiting on any queue would wait for ever: no put can come now.
-            with self._lock.without_catch_up():
-                for queue in self._queues.values():
-                    queue.cond.notify_all()
+            self._wake_every_waiter()
         return self._index_refusal()
+
+    def _wake_every_waiter(self) -> None:
+        """After a failure that stops every write: a get waiting on any queue
+        would wait for ever, since no put can come now. Each raises on waking.
+        Takes the store's lock without catching up (the index must not be
+        written): call it holding no lock, or holding the store's lock."""
+        with self._lock.without_catch_up():
+            for queue in self._queues.values():
+                queue.cond.notify_all()
 
     def _index_refusal(self) -> IndexFailedError:
         error = self._index_failure
@@ -695,14 +701,29 @@ class Store:
         """Seal the write head (the caller holds the store's lock)."""
         with self._append_lock:
             self._apply_pending()  # pending entries never point outside the head
-            self._journal.roll_over()
+            try:
+                self._journal.roll_over()
+            except Error:
+                self._wake_if_writes_stopped()
+                raise
 
     def _append(self, data: bytes, *, single_record: bool = False) -> Position:
         """Append to the journal (the caller holds the store's lock)."""
         with self._append_lock:
             if self._pending and not self._journal.fits(len(data)):
                 self._apply_pending()  # a roll-over follows
-            return self._append_locked(data, may_commit=True, single_record=single_record)
+            try:
+                return self._append_locked(data, may_commit=True, single_record=single_record)
+            except Error:
+                self._wake_if_writes_stopped()
+                raise
+
+    def _wake_if_writes_stopped(self) -> None:
+        """After a failed append or roll-over (with the store's lock held): if
+        sealing the head failed its fsync, every write stops, so blocked gets
+        must hear of it."""
+        if self._journal.sync_failure is not None:
+            self._wake_every_waiter()
 
     def _check_writable(self) -> None:
         """Raise if an earlier failure stops every write: a failed fsync of the
@@ -745,6 +766,7 @@ class Store:
             # After a failed fsync the OS may have dropped the dirty pages, so a
             # retry proves nothing: the journal keeps the failure, and the store
             # refuses further writes until it is reopened (_append_locked).
+            self._wake_every_waiter()
             raise Error(
                 f"fsync of the journal in {self.path} failed ({e.strerror}): what was written "
                 "may not be durable, and the store refuses further writes. Close it, check "
@@ -1111,6 +1133,9 @@ class Store:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise Empty(f"no message arrived on queue {name!r} within {timeout} s")
+                # No put can come once writes stop (and this get could not
+                # write its DELIVER record anyway).
+                self._check_writable()
                 with self._append_lock:
                     if self._pending:  # a put came in since this lock was taken
                         self._apply_pending()  # (a wait catches up by itself)

@@ -6,6 +6,9 @@ not sync must still release its lock and reopen consistent.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -84,3 +87,92 @@ def test_after_a_failed_fsync_the_store_refuses_writes_until_reopened(
         assert bodies[0] == b"durable" and b"refused" not in bodies
         assert reopened.queue("q").put(b"writes again") > first
         assert reopened.verify() == []
+
+
+def test_a_seal_never_fsyncs_the_head_while_a_group_commit_does(store_path: Path) -> None:
+    # Linux reports a write-back error once per open file: of two fsyncs of the head
+    # at once, one could see it and the other return success for lost bytes.
+    fs = FaultyFileSystem()
+    store = msgcask.Store(
+        store_path, _fs=fs, sync="always", max_file_size=64 * 1024, compaction_interval=None
+    )
+    q = store.queue("q")
+    while store._journal.head.size < 60_000:
+        q.put(b"x" * 1000)
+    guard = threading.Lock()
+    running: list[str] = []
+    overlaps: list[tuple[str, ...]] = []
+    seal_started = threading.Event()
+
+    def before_fsync() -> None:
+        me = threading.current_thread().name
+        with guard:
+            if running:
+                overlaps.append((*running, me))
+            running.append(me)
+        if me == "sealer":
+            seal_started.set()
+        elif me == "committer":
+            seal_started.wait(1.0)  # time for a seal to start meanwhile, if it may
+        with guard:
+            running.remove(me)
+
+    fs.before_fsync = before_fsync
+    results: dict[str, object] = {}
+
+    def put(name: str, body: bytes, delay: float) -> None:
+        time.sleep(delay)
+        results[name] = q.put(body)
+
+    threads = [
+        threading.Thread(target=put, args=("committer", b"small", 0), name="committer"),
+        # Does not fit in the head: seals it (an fsync) and starts a new file.
+        threading.Thread(target=put, args=("sealer", b"y" * 8000, 0.2), name="sealer"),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    fs.before_fsync = None
+    assert set(results) == {"committer", "sealer"}
+    assert overlaps == []
+    store.close()
+
+
+@pytest.mark.parametrize("failing", ["a put's fsync", "the seal of the head"])
+def test_a_blocked_get_hears_that_writes_stopped(store_path: Path, failing: str) -> None:
+    fs = FaultyFileSystem()
+    sync = "always" if failing == "a put's fsync" else "periodic"
+    store = msgcask.Store(
+        store_path,
+        _fs=fs,
+        sync=sync,
+        max_file_size=64 * 1024,
+        compaction_interval=None,
+        sync_interval=3600,
+    )
+    others = store.queue("others")
+    if failing == "the seal of the head":
+        while store._journal.head.size < 60_000:
+            others.put(b"x" * 1000)
+    outcome: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            store.queue("jobs").get()  # no timeout: only a put, or a failure, ends it
+        except BaseException as e:
+            outcome.append(e)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    time.sleep(0.2)
+    fs.fail_fsync = True
+    with pytest.raises(msgcask.Error):
+        others.put(b"y" * 8000)  # its fsync fails, or the head's seal does
+    fs.fail_fsync = False
+    consumer.join(5)
+    assert not consumer.is_alive(), "the get is still waiting"
+    assert len(outcome) == 1 and isinstance(outcome[0], msgcask.Error)
+    assert "refuses writes" in str(outcome[0])
+    with contextlib.suppress(msgcask.Error):
+        store.close()

@@ -296,23 +296,30 @@ class TestAppendError:
         assert len(items) == 2  # and no damage: the partial bytes were overwritten
 
 
-def test_a_sync_whose_head_was_sealed_and_deleted_meanwhile_is_no_failure(
-    tmp_path: Path,
-) -> None:
-    # sync_to takes the head without a lock; before its fsync runs, the head may be
-    # sealed (which fsyncs it) and, once nothing in it is needed, deleted and closed.
+def test_a_seal_waits_for_a_sync_in_flight_and_neither_fails(tmp_path: Path) -> None:
+    # sync_to takes the head without a lock. A seal from another thread (which
+    # fsyncs the head too) waits for that fsync: two fsyncs of one file at once
+    # could split a write-back error between them, and the head cannot be sealed
+    # and deleted under the sync.
     fs = OneHookFS()
     h = Harness(tmp_path, fs, max_file_size=1000)
     h.journal.append(record(1, 600))
     first = h.journal.head
+    sealer: list[threading.Thread] = []
 
     def seal_and_delete_the_head() -> None:
-        h.journal.roll_over()  # fsyncs the old head as it seals it
-        first.close()
+        t = threading.Thread(target=lambda: (h.journal.roll_over(), first.close()))
+        t.start()
+        t.join(0.3)
+        assert t.is_alive(), "the seal ran during the sync's fsync"
+        sealer.append(t)
 
     fs.hook = seal_and_delete_the_head
     h.journal.sync()
+    sealer[0].join(5)
+    assert not sealer[0].is_alive()
     assert h.journal.sync_failure is None
+    assert h.journal.head is not first
     h.journal.append(record(2, 600))
     h.journal.sync()  # the journal still syncs
     assert fs.synced[h.journal.head.path] == h.journal.head.size

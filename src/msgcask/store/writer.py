@@ -110,6 +110,12 @@ class Journal:
         try:
             self._roll_over()
         except OSError as e:
+            if e is self.sync_failure:
+                raise Error(
+                    f"cannot seal {self.head.path}: its fsync failed ({e.strerror}), so what "
+                    "was written to it may not be on disk. The store refuses writes from now "
+                    "on: close it, check the disk, and reopen."
+                ) from e
             raise Error(
                 f"cannot start a new data file in {self.directory}: {e.strerror}. "
                 f"{remedy(e)}, then retry; nothing of this call was stored."
@@ -119,7 +125,7 @@ class Journal:
         self.head.trim()  # a sealed file ends at its last record
         if self.fsync_enabled:
             crash_point("journal.before_seal_fsync")
-            self._fsync(self.head)
+            self._fsync_alone(self.head)
             self._mark_durable(self.position)
         file_id = self._new_file_id()
         path = os.path.join(self.directory, data_file_name(file_id))
@@ -159,12 +165,23 @@ class Journal:
         try:
             handle.fsync()
         except OSError as e:
-            if handle.fd < 0 and handle is not self._head_state[0]:
-                # A sync took this head without a lock; since then it was sealed,
-                # which fsynced it (roll_over), and deleted, which closed it.
-                return
             self.sync_failure = e
             raise
+
+    def _fsync_alone(self, handle: DataFile) -> None:
+        """``_fsync`` while no other fsync of the journal runs. Linux reports a
+        write-back error once per open file: of two fsyncs at once, one could
+        see it and the other succeed, counting lost bytes as durable."""
+        with self._sync_cond:
+            while self._syncing:
+                self._sync_cond.wait()
+            self._syncing = True
+        try:
+            self._fsync(handle)
+        finally:
+            with self._sync_cond:
+                self._syncing = False
+                self._sync_cond.notify_all()
 
     def sync_to(self, pos: Position) -> None:
         """Return once every byte up to ``pos`` is on disk (group commit).
