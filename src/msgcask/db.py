@@ -42,6 +42,7 @@ import lmdb
 
 from msgcask import validate
 from msgcask.catchup_lock import CatchUpLock
+from msgcask.compactor.failure_log import RepeatedFailureLog
 from msgcask.compactor.pacing import Pacer
 from msgcask.compactor.policy import MARK_COST
 from msgcask.errors import (
@@ -56,7 +57,7 @@ from msgcask.errors import (
 from msgcask.index import keys
 from msgcask.index.accounting import FileAccount
 from msgcask.index.catalog import Catalog
-from msgcask.index.env import IndexEnv, boot_id, remove_index
+from msgcask.index.env import IndexEnv, ShrinkFailed, boot_id, remove_index
 from msgcask.index.keys import STATE_ACKED, Live
 from msgcask.message import Message, delivered_message_type
 from msgcask.options import Options, check_threshold
@@ -95,6 +96,7 @@ _IDLE_WATCH_EVERY = 0.2  # the same while nothing is written: idle, the check is
 _SHRINK_MIN_FREE_PAGES = 16  # 64 KiB of free index pages: below that a shrink is not worth it
 _SHRINK_RATIO = 4  # index file / pages in use that triggers a shrink while traffic flows
 _SHRINK_RATIO_IDLE = 2  # the same once the store is idle
+_SHRINK_RETRY_AFTER = 60.0  # seconds before a shrink that failed (a full disk) is tried again
 # Far more ids than a store hands out in one sync_interval.
 ID_BLOCK_AFTER_CRASH = 2**20
 
@@ -330,6 +332,8 @@ class Store:
         # index now lacks changes the store made: from then on the store refuses
         # every call but close, and close discards the index (_index_failed).
         self._index_failure: BaseException | None = None
+        self._shrink_retry_at = 0.0  # monotonic time before which no shrink is tried
+        self._shrink_failures = RepeatedFailureLog("shrinking the index file")
         self._queues: dict[str, _QueueRuntime] = {}
         # Delivered and unacked: id -> (queue, delivery count of that delivery).
         self._inflight: dict[int, tuple[_QueueRuntime, int]] = {}
@@ -1023,14 +1027,21 @@ class Store:
         would otherwise keep its size on disk). An ``idle`` store (no journal
         writes since the last pass) shrinks sooner: no foreground call waits."""
         with self._lock:
-            if self._closed or self._commit_hold:
+            if self._closed or self._commit_hold or time.monotonic() < self._shrink_retry_at:
                 return
             used, total = self._env.pages()
             ratio = _SHRINK_RATIO_IDLE if idle else _SHRINK_RATIO
             if total - used < _SHRINK_MIN_FREE_PAGES or total < ratio * used:
                 return
             self._commit_index(force=True)
-            self._env.shrink()
+            try:
+                self._env.shrink()
+            except ShrinkFailed as e:
+                # Only space is lost: the committed index is intact and in use.
+                self._shrink_retry_at = time.monotonic() + _SHRINK_RETRY_AFTER
+                self._shrink_failures.failed(e)
+            else:
+                self._shrink_failures.succeeded()
 
     def _forget_queues(self, names: list[str]) -> None:
         """Undo the creation of queues by a call that failed before writing."""

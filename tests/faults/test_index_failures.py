@@ -487,3 +487,46 @@ def test_a_catch_up_whose_index_write_fails_raises_index_failed_and_closes_clean
     with msgcask.open(store_path, compaction_interval=None) as reopened:
         bodies = sorted(m.body for m in reopened.queue("q").browse())
     assert bodies == sorted([b"first"] + [b"p%d" % i for i in range(3)])
+
+
+class _CopyFails:
+    """The LMDB environment, but its copy fails as on a full disk."""
+
+    def __init__(self, real: lmdb.Environment) -> None:
+        self.real = real
+
+    def copy(self, *args: object, **kwargs: object) -> None:
+        raise lmdb.DiskError("mdb_env_copy2: No space left on device (injected)")
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.real, name)
+
+
+def test_a_shrink_that_cannot_copy_the_index_is_no_index_failure(
+    store_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The copy of a shrink fails on a full disk; the committed index it copies is
+    # intact and in use, so only the space it would have given back is lost.
+    store = quiet_store(store_path)
+    q = store.queue("q")
+    for _ in range(2000):
+        q.put(b"x" * 100)
+    store.sync()  # the index file grows to hold them
+    for _ in range(1990):
+        q.ack(q.get(block=False))
+    store.sync()
+    size_before = store.stats().index_bytes
+    store._env.env = _CopyFails(store._env.env)  # type: ignore[assignment]
+    for _ in range(2):
+        store.compact()  # would shrink the sparse index; logs the failure once
+    assert [r.getMessage() for r in caplog.records].count(
+        "msgcask: shrinking the index file failed: cannot copy the index: "
+        "mdb_env_copy2: No space left on device (injected)"
+    ) == 1
+    q.put(b"after")  # no IndexFailedError
+    store._env.env = store._env.env.real  # type: ignore[attr-defined]
+    assert store.stats().index_bytes == size_before
+    store.close()
+    with msgcask.open(store_path, compaction_interval=None) as reopened:
+        assert reopened.recovery.mode == "clean"
+        assert len(reopened.queue("q")) == 11

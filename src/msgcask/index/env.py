@@ -13,6 +13,7 @@ after it are replayed, and after anything worse the index is rebuilt.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -30,6 +31,11 @@ SHRINK_DIR = "shrink"  # inside index/: where a compacted copy is built
 
 class IndexUnusable(Exception):
     """The index cannot be trusted or opened; the caller rebuilds it."""
+
+
+class ShrinkFailed(Exception):
+    """A shrink could not make or place its copy (a full disk): the index file
+    is as it was, and the index is usable."""
 
 
 def boot_id() -> bytes:
@@ -111,21 +117,31 @@ class IndexEnv:
 
         The compacted copy is written beside the file and renamed over it, so a
         crash leaves either file whole; a leftover copy is removed on open.
+        Raises ShrinkFailed if the copy cannot be made or renamed (the file is
+        then as it was), and lmdb.Error only if the index cannot be opened again.
         """
         spare = os.path.join(self.path, SHRINK_DIR)
         shutil.rmtree(spare, ignore_errors=True)
-        os.makedirs(spare)
         self.txn.abort()
         try:
-            self.env.copy(spare, compact=True)
+            try:
+                os.makedirs(spare)
+                self.env.copy(spare, compact=True)
+            except (OSError, lmdb.Error) as e:
+                raise ShrinkFailed(f"cannot copy the index: {e}") from e
             self.env.close()
             try:
                 os.replace(os.path.join(spare, "data.mdb"), os.path.join(self.path, "data.mdb"))
-                fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                # Not durable if this fails; a power cut may then bring back the
+                # old file, whose state the journal's replay brings up to date.
+                with contextlib.suppress(OSError):
+                    fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+            except OSError as e:
+                raise ShrinkFailed(f"cannot put the index copy in place: {e}") from e
             finally:
                 self._open()
         finally:
