@@ -332,6 +332,7 @@ class Store:
         # index now lacks changes the store made: from then on the store refuses
         # every call but close, and close discards the index (_index_failed).
         self._index_failure: BaseException | None = None
+        self._close_lock = threading.RLock()
         self._shrink_retry_at = 0.0  # monotonic time before which no shrink is tried
         self._shrink_failures = RepeatedFailureLog("shrinking the index file")
         self._queues: dict[str, _QueueRuntime] = {}
@@ -436,47 +437,74 @@ class Store:
         """
         if self._selecting == threading.get_ident():
             self._check_open()  # raises: a selector's close() would wait for its own get
-        if self._closed:
+        if self._closed:  # (a forked child's copy of the close lock may be held)
             return
-        self._scheduler.shutdown()
-        self._stop.set()
-        if self._flusher.is_alive():
-            self._flusher.join()
-        # A pass started by compact() or by space pressure in another thread
-        # ends first: its files and index entries go away below.
-        # The lock is taken without catching up: the catch-up runs inside the
-        # try, so a failing one still ends in the cleanup below.
-        with self._compactor.pass_lock(), self._lock.without_catch_up(), self._append_lock:
+        # Two threads closing at once: the second waits for the first and returns.
+        with self._close_lock:
             if self._closed:
                 return
-            try:
-                if self._index_failure is None:
-                    self._apply_pending()
-                if self._journal.sync_failure is not None:
-                    # Already raised to the call whose fsync failed, and nothing
-                    # can be made durable now: the index stays as last committed,
-                    # not marked clean, so the next open recovers from the disk.
+            self._scheduler.shutdown()
+            self._stop.set()
+            if self._flusher.is_alive():
+                self._flusher.join()
+            # A pass started by compact() or by space pressure in another thread
+            # ends first: its files and index entries go away below. The lock is
+            # taken without catching up: the catch-up runs inside the try, so a
+            # failing one still ends in the release below.
+            with self._compactor.pass_lock(), self._lock.without_catch_up(), self._append_lock:
+                if self._closed:
                     return
-                self._sync_journal_to(self._journal.position)
-                if self._index_failure is not None:
-                    return  # discarded below; the next open rebuilds it
-                self._env.put_u64(keys.META_CLEAN, 1)
-                self._commit_index(force=True)
-                self._env.sync()
-            except lmdb.Error as e:
-                raise self._index_failed(e) from e
-            finally:
-                self._closed = True
-                for queue in self._queues.values():
-                    queue.cond.notify_all()
-                self._env.close()
-                if self._index_failure is not None:
-                    remove_index(os.path.join(self.path, INDEX_DIR))
-                with contextlib.suppress(OSError):  # else the next open trims it
-                    self._journal.head.trim()
-                for handle in self._handles.values():
+                try:
+                    self._finish_for_close()
+                except lmdb.Error as e:
+                    raise self._index_failed(e) from e
+                finally:
+                    left_open = self._release_for_close()
+                if left_open is not None:
+                    raise Error(
+                        f"closing a data file of {self.path} failed ({left_open.strerror}); "
+                        "the store is closed and what close synced is on disk, but check the "
+                        "disk (or network file system) before reopening it"
+                    ) from left_open
+
+    def _finish_for_close(self) -> None:
+        """Make everything durable and mark the index clean, unless a failure
+        stops that (then the next open recovers from the disk)."""
+        if self._index_failure is None:
+            self._apply_pending()
+        if self._journal.sync_failure is not None:
+            # Already raised to the call whose fsync failed, and nothing can be
+            # made durable now: the index stays as last committed, not marked
+            # clean, so the next open recovers from the disk.
+            return
+        self._sync_journal_to(self._journal.position)
+        if self._index_failure is not None:
+            return  # discarded on release; the next open rebuilds it
+        self._env.put_u64(keys.META_CLEAN, 1)
+        self._commit_index(force=True)
+        self._env.sync()
+
+    def _release_for_close(self) -> OSError | None:
+        """Close the index and every data file and give up the lock, whatever
+        fails on the way; return the first error closing a data file."""
+        left_open: OSError | None = None
+        try:
+            self._closed = True
+            for queue in self._queues.values():
+                queue.cond.notify_all()
+            self._env.close()
+            if self._index_failure is not None:
+                remove_index(os.path.join(self.path, INDEX_DIR))
+            with contextlib.suppress(OSError):  # else the next open trims it
+                self._journal.head.trim()
+            for handle in self._handles.values():
+                try:
                     handle.close()
-                self._lock_file.release()
+                except OSError as e:  # e.g. EIO on a network file system
+                    left_open = left_open or e
+        finally:
+            self._lock_file.release()
+        return left_open
 
     def __enter__(self) -> Store:
         return self
@@ -1226,8 +1254,9 @@ class Store:
             with contextlib.suppress(TypeError):
                 rt.selector_cursors[selector] = key
 
-    def _read_put(self, msg_id: int, entry: Live) -> codec.Put | None:
-        """Read and check a live message's record; quarantine it if damaged."""
+    def _read_put(self, msg_id: int, entry: Live, *, quarantine: bool = True) -> codec.Put | None:
+        """Read and check a live message's record; quarantine it if damaged
+        (unless not ``quarantine``: then only None says it could not be read)."""
         handle = self._handles[entry.file_id]
         try:
             raw = handle.read(entry.offset, entry.size)
@@ -1238,6 +1267,8 @@ class Store:
         put = codec.read_put(raw) if raw else None
         if put is not None and put.msg_id == msg_id:
             return put
+        if not quarantine:
+            return None
         problem = read_error or (
             "checksum mismatch or unparsable record"
             if put is None
@@ -1316,7 +1347,9 @@ class Store:
             self._check_open()
             rt, msg_id = self._resolve_delivered(name, target)
             entry = self._catalog.lookup(msg_id)
-            assert isinstance(entry, Live)
+            if not isinstance(entry, Live):  # gone while delivered: nothing to put back
+                del self._inflight[msg_id]
+                return
             max_deliveries, dead_letter_queue = self._queue_settings.get(name, (None, None))
             if max_deliveries is None or entry.deliveries < max_deliveries:
                 del self._inflight[msg_id]
@@ -1372,7 +1405,10 @@ class Store:
                     entry = self._catalog.lookup(msg_id)
                     if not isinstance(entry, Live):  # pragma: no cover
                         continue
-                    put = self._read_put(msg_id, entry)
+                    # A delivered message stays its consumer's to ack or nack:
+                    # if it cannot be read here it is left out, not quarantined
+                    # (a nack puts it back, and the next get quarantines it).
+                    put = self._read_put(msg_id, entry, quarantine=msg_id not in self._inflight)
                     if put is not None:
                         chunk.append(
                             Message(

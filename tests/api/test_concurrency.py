@@ -173,3 +173,32 @@ def test_close_while_sync_always_writers_wait_for_an_fsync_does_not_hang(tmp_pat
         for t in writers:
             t.join(60)
             assert not t.is_alive(), f"a writer hung in round {round_}"
+
+
+def _close_from_two_threads(store: msgcask.Store) -> list[BaseException]:
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def close() -> None:
+        barrier.wait()
+        try:
+            store.close()
+        except BaseException as e:
+            errors.append(e)
+
+    closers = [threading.Thread(target=close) for _ in range(2)]
+    for t in closers:
+        t.start()
+    for t in closers:
+        t.join(10)
+    return errors
+
+
+def test_two_threads_closing_at_once_both_return_and_free_the_store(tmp_path: Path) -> None:
+    for run in range(10):
+        path = tmp_path / f"store-{run}"
+        store = msgcask.open(path, compaction_interval=0.05)
+        store.queue("q").put(b"m")
+        assert _close_from_two_threads(store) == []
+        with msgcask.open(path, compaction_interval=None) as reopened:  # the lock is free
+            assert len(reopened.queue("q")) == 1

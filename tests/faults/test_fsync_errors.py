@@ -7,6 +7,8 @@ not sync must still release its lock and reopen consistent.
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import threading
 import time
 from pathlib import Path
@@ -15,6 +17,7 @@ import pytest
 from faulty_fs import FaultyFileSystem
 
 import msgcask
+from msgcask.store.fs import DataFile
 
 
 def open_store(path: Path, fs: FaultyFileSystem, sync: str) -> msgcask.Store:
@@ -176,3 +179,35 @@ def test_a_blocked_get_hears_that_writes_stopped(store_path: Path, failing: str)
     assert "refuses writes" in str(outcome[0])
     with contextlib.suppress(msgcask.Error):
         store.close()
+
+
+def test_a_data_file_whose_close_fails_still_frees_the_store(store_path: Path) -> None:
+    # close(2) can report a failed write-back (EIO on NFS and some FUSE file
+    # systems): every other descriptor is still closed and the lock given up.
+    class CloseFails(FaultyFileSystem):
+        descriptors: list[int] = []
+
+        def _wrap(self, path: str, fd: int, size: int) -> DataFile:
+            handle = super()._wrap(path, fd, size)
+            self.descriptors.append(fd)
+            if "0000000001.log" in path:  # born as .tmp, then renamed
+
+                def close() -> None:
+                    DataFile.close(handle)
+                    raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+                handle.close = close  # type: ignore[method-assign]
+            return handle
+
+    fs = CloseFails()
+    store = msgcask.Store(store_path, _fs=fs, max_file_size=64 * 1024, compaction_interval=None)
+    q = store.queue("q")
+    for _ in range(300):
+        q.put(b"x" * 500)  # three data files
+    with pytest.raises(msgcask.Error, match=r"closing a data file .* failed"):
+        store.close()
+    for fd in fs.descriptors:
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed
+    with msgcask.open(store_path, compaction_interval=None) as reopened:
+        assert len(reopened.queue("q")) == 300

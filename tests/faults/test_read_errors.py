@@ -177,3 +177,23 @@ def test_a_deletion_cut_short_by_a_failing_file_leaves_the_others_durable(
     monkeypatch.undo()
     with msgcask.Store(store_path, **options) as reopened:  # type: ignore[arg-type]
         assert len(reopened.queue("a")) + len(reopened.queue("fwd")) == count
+
+
+@pytest.mark.parametrize("settle", ["ack", "nack"])
+def test_a_browse_that_cannot_read_a_delivered_message_leaves_it_to_its_consumer(
+    store_path: Path, settle: str
+) -> None:
+    fs = FaultyFileSystem()
+    with open_store(store_path, fs) as store:
+        q = store.queue("q")
+        q.put(b"delivered")
+        q.put(b"waiting")
+        m = q.get(block=False)
+        fs.bad_sectors[str(store_path / "0000000001.log")] = set(range(SMALL_FILE))
+        assert list(q.browse()) == []  # neither can be read now
+        [report] = store.stats().corruptions  # only the undelivered one is quarantined
+        assert report.reason.startswith(f"message {m.id + 1}: read error")
+        fs.bad_sectors.clear()
+        getattr(q, settle)(m)
+        assert [x.body for x in q.browse()] == ([] if settle == "ack" else [b"delivered"])
+        assert store.verify() == []

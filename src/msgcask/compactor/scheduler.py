@@ -108,6 +108,6 @@ class CompactionScheduler:
             self._scheduler.resume_job("compaction")
 
     def shutdown(self) -> None:
-        if self._scheduler is not None:
-            self._scheduler.shutdown(wait=True)
-            self._scheduler = None
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.shutdown(wait=True)
