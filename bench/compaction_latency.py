@@ -34,6 +34,7 @@ from typing import Any
 
 import msgcask
 from scratch import scratch_dir
+from script_args import exit_if_help_asked
 
 STEADY_SECONDS = 8.0
 PAUSE_EVERY = 50  # puts between two pauses of the prober
@@ -209,6 +210,7 @@ def main(repeats: int, lock_holds: bool) -> None:
 
 
 if __name__ == "__main__":
+    exit_if_help_asked(__doc__)
     args = sys.argv[1:]
     if "--switch-interval" in args:
         at = args.index("--switch-interval")

@@ -21,7 +21,6 @@ foreground threads soon block on it and stop competing.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from collections.abc import Callable
 import lmdb
 
 from scratch import scratch_dir
+from script_args import counts
 
 KEYS = [i.to_bytes(8, "big") for i in range(4096)]
 VALUE = b"v" * 40
@@ -116,4 +116,4 @@ def main(calls: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2000)
+    main(*counts(__doc__, [2000]))

@@ -12,11 +12,11 @@ ratio (history / fresh) are printed.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 
 import msgcask
 from scratch import scratch_dir
+from script_args import counts
 
 BODY = b"h" * 1024
 BATCH = 50_000
@@ -75,5 +75,4 @@ def main(fill: int, rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:]]
-    main(args[0] if args else 500_000, args[1] if len(args) > 1 else 5)
+    main(*counts(__doc__, [500_000, 5]))

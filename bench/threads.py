@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import multiprocessing
 import resource
-import sys
 import threading
 import time
 
@@ -36,6 +35,7 @@ from msgcask.workloads.factory import MSGCASK, make_subject
 from msgcask.workloads.subjects import peer_unavailable
 from msgcask.workloads.subjects.base import Subject
 from scratch import scratch_dir
+from script_args import counts
 
 BODY = b"t" * 1024
 
@@ -154,4 +154,4 @@ def main(n: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 50_000)
+    main(*counts(__doc__, [50_000]))

@@ -37,6 +37,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    _scale_from(config)  # a bad MSGCASK_TEST_SCALE stops the run before any test
+
+
 def _scale_from(config: pytest.Config) -> float:
     raw = os.environ.get("MSGCASK_TEST_SCALE", "1")
     try:

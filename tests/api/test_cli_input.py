@@ -89,3 +89,17 @@ def test_check_names_a_file_with_a_damaged_header_once(store_dir: Path) -> None:
     problems = [line for line in output.splitlines() if "bad magic" in line]
     assert len(problems) == 1, output
     assert problems[0].count(str(data_file)) == 1, problems[0]
+
+
+def test_check_says_when_a_torn_tail_is_mostly_space_allocated_ahead(store_dir: Path) -> None:
+    # A crash mid-append in a preallocated head leaves a few written bytes, then
+    # zeros up to the allocated end: the tail's size alone reads like much damage.
+    head = max(store_dir.glob("*.log"))
+    size = head.stat().st_size
+    with head.open("r+b") as f:
+        f.seek(size)
+        f.write(b"\x01" * 12 + bytes(100_000))
+    code, output = _run(main, ["check", str(store_dir)])
+    assert code == 1
+    assert f"torn tail at offset {size}, 100012 bytes" in output, output
+    assert "the last 100000 of them zero bytes: space allocated ahead of writes" in output

@@ -207,3 +207,24 @@ def test_summary_reports_the_space_bound_for_msgcask_runs(run_tiny: Run) -> None
     assert "counting the index file too, in" in summary(doc)
     sqlite_run = next(r for r in doc["runs"] if r["subject"] == "sqlite3")
     assert "samples_over_bound" not in sqlite_run["space"]
+
+
+def test_the_reopen_after_kill_9_keeps_its_torn_tail_warning_out_of_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import msgcask
+    from msgcask.workloads.config import RunConfig
+    from msgcask.workloads.crash import kept_out_of_the_log, measure_crash_reopen
+
+    path = tmp_path / "crashed"
+    result = measure_crash_reopen("msgcask", str(path), RunConfig(crash_messages=200), True)
+    assert result["error"] is None and result["killed_by"] == "SIGKILL"
+    assert isinstance(result["recovery_log"], list)
+    # The kill may land between two puts: what a reopen does with a torn one.
+    with max(path.glob("*.log")).open("ab") as f:
+        f.write(b"\x07" * 20)
+    capsys.readouterr()
+    with kept_out_of_the_log() as kept:
+        msgcask.open(path, compaction_interval=None).close()
+    assert any("torn or damaged tail" in line for line in kept), kept
+    assert "torn" not in capsys.readouterr().err

@@ -269,7 +269,9 @@ class Damage(NamedTuple):
     ``at_tail`` is true when no intact record follows it: that is what a write
     torn by a crash looks like, and recovery truncates it. ``unused`` marks a
     tail of zero bytes only: the write head's preallocated space (store/fs.py),
-    which is not damage at all.
+    which is not damage at all. ``zeros``: how many zero bytes end a torn
+    tail (mostly that space, after what the torn write left; a torn record's
+    own last bytes may be zeros too).
     """
 
     offset: int
@@ -277,6 +279,7 @@ class Damage(NamedTuple):
     reason: str
     at_tail: bool
     unused: bool = False
+    zeros: int = 0
 
 
 def _check_record(buf: Buffer, pos: int, limit: int) -> tuple[int, int, str]:
@@ -330,10 +333,12 @@ def scan(buf: Buffer, start: int, limit: int | None = None) -> Iterator[Record |
         if not rtype:
             nxt = _resync(buf, pos + 1, end_of_data)
             if nxt is None:
-                if view[pos:end_of_data] == bytes(end_of_data - pos):
-                    yield Damage(pos, end_of_data - pos, "zero-filled tail", True, True)
+                tail = bytes(view[pos:end_of_data])
+                written = len(tail.rstrip(b"\0"))
+                if not written:
+                    yield Damage(pos, len(tail), "zero-filled tail", True, True)
                 else:
-                    yield Damage(pos, end_of_data - pos, reason, True)
+                    yield Damage(pos, len(tail), reason, True, zeros=len(tail) - written)
                 return
             yield Damage(pos, nxt - pos, reason, False)
             pos = nxt
