@@ -671,9 +671,10 @@ class Store:
         commits are held and this is not forced: the next commit includes it)."""
         if self._commit_hold and not force:
             return
-        if self._index_failure is not None:
-            # The transaction lacks what LMDB aborted: never commit it.
-            raise self._index_refusal()
+        # After a failed index write the transaction lacks what LMDB aborted;
+        # after a failed fsync the checkpoint would name journal bytes that may
+        # be lost. Either way: never commit again.
+        self._check_writable()
         env = self._env
         # Puts go on meanwhile; the checkpoint is where the index stops.
         with self._append_lock:
