@@ -470,14 +470,17 @@ class Store:
     def _finish_for_close(self) -> None:
         """Make everything durable and mark the index clean, unless a failure
         stops that (then the next open recovers from the disk)."""
-        if self._index_failure is None:
-            self._apply_pending()
         if self._journal.sync_failure is not None:
             # Already raised to the call whose fsync failed, and nothing can be
             # made durable now: the index stays as last committed, not marked
             # clean, so the next open recovers from the disk.
             return
-        self._sync_journal_to(self._journal.position)
+        try:
+            if self._index_failure is None:
+                self._apply_pending()
+        finally:
+            # Even when that failed: the puts it was about are in the journal.
+            self._sync_journal_to(self._journal.position)
         if self._index_failure is not None:
             return  # discarded on release; the next open rebuilds it
         self._env.put_u64(keys.META_CLEAN, 1)
@@ -897,6 +900,8 @@ class Store:
         rt = self._queues.get(name)
         if rt is None:
             created = name not in self._catalog.queue_ids
+            if created:
+                self._check_writable()  # its commit would refuse, after the change
             qid = self._catalog.queue_id(name)
             if created:
                 # Queues are not journaled: commit now so a crash keeps the new queue.
@@ -1080,7 +1085,8 @@ class Store:
                 self._catalog.drop_queue(name)
             if rt is not None:
                 rt.cond.notify_all()
-        self._commit_index()
+        if self._journal.sync_failure is None:  # else it cannot commit: the error that
+            self._commit_index()  # stopped writes goes on instead of the refusal
 
     def _write_batch(self, puts: list[_PendingPut], acks: list[int]) -> list[int]:
         """Write puts and acks as one all-or-nothing batch; return the new ids."""

@@ -24,6 +24,7 @@ from pathlib import Path
 import lmdb
 import pytest
 from click.testing import CliRunner
+from faulty_fs import FaultyFileSystem
 
 import msgcask
 from msgcask.cli.main import main
@@ -469,7 +470,8 @@ def test_a_catch_up_interrupted_by_ctrl_c_loses_no_returned_put(
 def test_a_catch_up_whose_index_write_fails_raises_index_failed_and_closes_cleanly(
     store_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
 ) -> None:
-    store = quiet_store(store_path)
+    fs = FaultyFileSystem()
+    store = quiet_store(store_path, _fs=fs)
     q = store.queue("q")
     q.put(b"first")
     delivered = q.get(timeout=1)
@@ -483,23 +485,38 @@ def test_a_catch_up_whose_index_write_fails_raises_index_failed_and_closes_clean
         else:
             store.transaction().put("q", b"refused")
     store.close()
-    # Closed for good: the lock is free and nothing returned is lost.
+    # Closed for good: the lock is free, and close made the journal durable all the
+    # same, so nothing returned is lost even to a power cut.
+    fs.power_cut()
     with msgcask.open(store_path, compaction_interval=None) as reopened:
         bodies = sorted(m.body for m in reopened.queue("q").browse())
     assert bodies == sorted([b"first"] + [b"p%d" % i for i in range(3)])
 
 
 class _CopyFails:
-    """The LMDB environment, but its copy fails as on a full disk."""
+    """The LMDB environment, but its copy fails with ``error``."""
 
-    def __init__(self, real: lmdb.Environment) -> None:
+    def __init__(self, real: lmdb.Environment, error: lmdb.Error) -> None:
         self.real = real
+        self.error = error
 
     def copy(self, *args: object, **kwargs: object) -> None:
-        raise lmdb.DiskError("mdb_env_copy2: No space left on device (injected)")
+        raise self.error
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.real, name)
+
+
+def _sparse_index(store: msgcask.Store) -> msgcask.Queue:
+    """An index file mostly free pages, which the next pass shrinks."""
+    q = store.queue("q")
+    for _ in range(2000):
+        q.put(b"x" * 100)
+    store.sync()  # the index file grows to hold them
+    for _ in range(1990):
+        q.ack(q.get(block=False))
+    store.sync()
+    return q
 
 
 def test_a_shrink_that_cannot_copy_the_index_is_no_index_failure(
@@ -508,15 +525,10 @@ def test_a_shrink_that_cannot_copy_the_index_is_no_index_failure(
     # The copy of a shrink fails on a full disk; the committed index it copies is
     # intact and in use, so only the space it would have given back is lost.
     store = quiet_store(store_path)
-    q = store.queue("q")
-    for _ in range(2000):
-        q.put(b"x" * 100)
-    store.sync()  # the index file grows to hold them
-    for _ in range(1990):
-        q.ack(q.get(block=False))
-    store.sync()
+    q = _sparse_index(store)
     size_before = store.stats().index_bytes
-    store._env.env = _CopyFails(store._env.env)  # type: ignore[assignment]
+    full = lmdb.DiskError("mdb_env_copy2: No space left on device (injected)")
+    store._env.env = _CopyFails(store._env.env, full)  # type: ignore[assignment]
     for _ in range(2):
         store.compact()  # would shrink the sparse index; logs the failure once
     assert [r.getMessage() for r in caplog.records].count(
@@ -530,3 +542,19 @@ def test_a_shrink_that_cannot_copy_the_index_is_no_index_failure(
     with msgcask.open(store_path, compaction_interval=None) as reopened:
         assert reopened.recovery.mode == "clean"
         assert len(reopened.queue("q")) == 11
+
+
+def test_a_shrink_whose_copy_finds_a_damaged_index_page_fails_the_index(
+    store_path: Path,
+) -> None:
+    store = quiet_store(store_path)
+    _sparse_index(store)
+    damaged = lmdb.CorruptedError("mdb_env_copy2: MDB_CORRUPTED (injected)")
+    store._env.env = _CopyFails(store._env.env, damaged)  # type: ignore[assignment]
+    with pytest.raises(msgcask.IndexFailedError, match="MDB_CORRUPTED"):
+        store.compact()
+    store._env.env = store._env.env.real  # type: ignore[attr-defined]
+    store.close()
+    with msgcask.open(store_path, compaction_interval=None) as reopened:
+        assert reopened.recovery.mode == "rebuild"
+        assert len(reopened.queue("q")) == 10

@@ -142,12 +142,14 @@ def _consumed_through_a_transaction(store: msgcask.Store) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("fault", ["read error", "other error"])
-def test_a_deletion_cut_short_by_a_failing_file_leaves_the_others_durable(
+def test_a_failing_file_among_deletions_loses_nothing_to_a_power_cut(
     store_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
 ) -> None:
-    # Files are retired one by one: when a later one fails, those retired before it
-    # are deleted by the next pass, so their retirement (and the ACKs it relies on)
-    # must be durable first, or a power cut keeps the deletion and loses the acks.
+    # An unreadable file is left alone like a damaged one. Any other error cuts the
+    # deletion short: files are retired one by one, and those retired before the
+    # failing one are deleted by the next pass, so their retirement (and the ACKs it
+    # relies on) must be durable first, or a power cut keeps the deletion and loses
+    # the acks.
     from faulty_fs import abandon
 
     from msgcask.compactor import needed

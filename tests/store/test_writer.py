@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -323,6 +324,39 @@ def test_a_seal_waits_for_a_sync_in_flight_and_neither_fails(tmp_path: Path) -> 
     h.journal.append(record(2, 600))
     h.journal.sync()  # the journal still syncs
     assert fs.synced[h.journal.head.path] == h.journal.head.size
+
+
+def test_a_sync_gives_up_the_unmap_for_a_seal_waiting_on_it(tmp_path: Path) -> None:
+    # A seal holds the append lock while it waits for the fsync in flight: the
+    # syncing thread must not wait for that lock (up to _UNMAP_LOCK_WAIT) first.
+    h = Harness(tmp_path, CountingFS(), max_file_size=1000)
+    journal = h.journal
+    with journal._sync_cond:
+        journal._syncing = True  # an fsync in flight
+    sealer = threading.Thread(target=journal._fsync_alone, args=(journal.head,))
+    sealer.start()
+    for _ in range(500):
+        if journal._seal_waiting:
+            break
+        time.sleep(0.01)
+    assert journal._seal_waiting, "the waiting seal did not say so"
+
+    class CountingLock:
+        acquired = 0
+
+        def acquire(self, *args: object, **kwargs: object) -> bool:
+            self.acquired += 1
+            return False
+
+    lock = CountingLock()
+    journal._append_lock = lock  # type: ignore[assignment]
+    assert journal._take_append_lock_briefly() is False
+    assert lock.acquired == 0
+    with journal._sync_cond:
+        journal._syncing = False  # the fsync in flight ends
+        journal._sync_cond.notify_all()
+    sealer.join(5)
+    assert not sealer.is_alive() and not journal._seal_waiting and not journal._syncing
 
 
 class OneHookFS(CountingFS):

@@ -117,8 +117,9 @@ class IndexEnv:
 
         The compacted copy is written beside the file and renamed over it, so a
         crash leaves either file whole; a leftover copy is removed on open.
-        Raises ShrinkFailed if the copy cannot be made or renamed (the file is
-        then as it was), and lmdb.Error only if the index cannot be opened again.
+        Raises ShrinkFailed if there is no room for the copy, or it cannot be
+        renamed (the file is then as it was). Any other LMDB error while copying
+        (a damaged page) is raised as it is: an index failure.
         """
         spare = os.path.join(self.path, SHRINK_DIR)
         shutil.rmtree(spare, ignore_errors=True)
@@ -127,7 +128,7 @@ class IndexEnv:
             try:
                 os.makedirs(spare)
                 self.env.copy(spare, compact=True)
-            except (OSError, lmdb.Error) as e:
+            except (OSError, lmdb.DiskError) as e:  # DiskError: ENOSPC
                 raise ShrinkFailed(f"cannot copy the index: {e}") from e
             self.env.close()
             try:

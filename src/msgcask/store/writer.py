@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable
 
 from msgcask.errors import Error
@@ -26,6 +27,7 @@ from msgcask.store.fs import DataFile, FileSystem, crash_point
 Position = tuple[int, int]  # (file id, offset just past the last byte written)
 
 _UNMAP_LOCK_WAIT = 0.01  # seconds a sync waits for the append lock to unmap the head
+_UNMAP_LOCK_POLL = 0.0005  # seconds between two looks for a seal waiting meanwhile
 
 
 class Journal:
@@ -68,6 +70,7 @@ class Journal:
         self.sync_failure: OSError | None = None
         self._durable: Position = (head_id, head.size)
         self._syncing = False
+        self._seal_waiting = False  # a seal waits for the fsync in flight
         self._sync_cond = threading.Condition()
 
     @property
@@ -174,7 +177,11 @@ class Journal:
         see it and the other succeed, counting lost bytes as durable."""
         with self._sync_cond:
             while self._syncing:
+                # The syncing thread must not wait for the append lock, which
+                # this caller holds: it skips the unmap instead.
+                self._seal_waiting = True
                 self._sync_cond.wait()
+            self._seal_waiting = False
             self._syncing = True
         try:
             self._fsync(handle)
@@ -182,6 +189,17 @@ class Journal:
             with self._sync_cond:
                 self._syncing = False
                 self._sync_cond.notify_all()
+
+    def _take_append_lock_briefly(self) -> bool:
+        """Take the append lock within ``_UNMAP_LOCK_WAIT``, giving up at once
+        if a seal (which holds it) starts waiting for this fsync."""
+        deadline = time.monotonic() + _UNMAP_LOCK_WAIT
+        while not self._seal_waiting:
+            if self._append_lock.acquire(timeout=_UNMAP_LOCK_POLL):
+                return True
+            if time.monotonic() >= deadline:
+                break
+        return False
 
     def sync_to(self, pos: Position) -> None:
         """Return once every byte up to ``pos`` is on disk (group commit).
@@ -203,8 +221,9 @@ class Journal:
                 synced = False
                 try:
                     # Only briefly: a thread holding the lock may be waiting for
-                    # this very fsync (close() does); the unmap only saves time.
-                    if self._append_lock.acquire(timeout=_UNMAP_LOCK_WAIT):
+                    # this very fsync (close() or a seal does); the unmap only
+                    # saves time.
+                    if self._take_append_lock_briefly():
                         try:
                             handle.unmap_written()
                         finally:
