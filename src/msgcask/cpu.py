@@ -2,12 +2,13 @@
 
 CPython threads take turns holding one interpreter lock, and msgcask's get and
 ack release it about ten times together (every py-lmdb call, every ``pread`` of
-an older file); a plain put, which writes through a memory map, none. With two CPUs, each release lets a thread waiting on
-the other CPU in: the caller then waits to get the lock back, and background
-work (a compaction pass, the flush) takes it at every system call a
-foreground call makes. Confined to one CPU, a thread that releases the lock
-for a short call keeps running and takes it back first, so a call finishes
-without handing the lock over; other threads get their turn when it blocks.
+an older file); a plain put, which writes through a memory map, none. With two
+CPUs, each release lets a thread waiting on the other CPU in: the caller then
+waits to get the lock back, and background work (a compaction pass, the flush)
+takes it at every system call a foreground call makes. Confined to one CPU, a
+thread that releases the lock for a short call keeps running and takes it back
+first, so a call finishes without handing the lock over; other threads get their
+turn when it blocks.
 docs/tuning.md gives the figures measured with and without it.
 """
 

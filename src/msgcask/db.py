@@ -544,9 +544,9 @@ class Store:
                 queue.cond.notify_all()
 
     def _index_refusal(self) -> IndexFailedError:
-        error = self._index_failure
+        reason = _describe(self._index_failure)
         return IndexFailedError(
-            f"the index of {self.path} failed ({_describe(error)}){free_space_note(self.path)}; the store "
+            f"the index of {self.path} failed ({reason}){free_space_note(self.path)}; the store "
             "refuses further calls and the data files are intact. Close the store and open it "
             "again: the index is rebuilt from them."
         )
