@@ -394,9 +394,9 @@ class Store:
 
     def _create_journal_file(self, file_id: int) -> None:
         path = os.path.join(self.path, data_file_name(file_id))
-        handle = self._fs.create_temp(path)
-        handle.append(codec.encode_file_header(fmt.KIND_JOURNAL, file_id, self._next_id))
-        self._fs.publish(handle, path)
+        with self._fs.unpublished(path) as handle:
+            handle.append(codec.encode_file_header(fmt.KIND_JOURNAL, file_id, self._next_id))
+            self._fs.publish(handle, path)
         self._register_journal_file(file_id, handle)
 
     def _register_journal_file(self, file_id: int, handle: DataFile) -> None:
@@ -634,6 +634,8 @@ class Store:
                 self._index_failed(e)  # logs it; the check above stops the loop
             except IndexFailedError:
                 pass  # met first by another call; the check above stops the loop
+            except Error as e:  # says what failed (a failed fsync stops the loop above)
+                log.error("msgcask: background sync failed: %s", e)
             except Exception:  # keep flushing; the next foreground write will raise
                 log.exception("msgcask: background sync failed")
 

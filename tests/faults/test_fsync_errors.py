@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -218,3 +219,37 @@ def test_a_data_file_whose_close_fails_still_frees_the_store(store_path: Path) -
             os.fstat(fd)  # closed
     with msgcask.open(store_path, compaction_interval=None) as reopened:
         assert len(reopened.queue("q")) == 300
+
+
+def test_a_new_store_whose_first_fsync_fails_leaves_no_data_file(tmp_path: Path) -> None:
+    # The first journal file is born under a temporary name; a failed publish must
+    # not leave it behind, or a later open would take the directory for no store.
+    fs = FaultyFileSystem()
+    fs.fail_fsync = True
+    path = tmp_path / "store"
+    with pytest.raises(msgcask.Error, match="Input/output error"):
+        msgcask.Store(path, _fs=fs)
+    assert sorted(p.name for p in path.glob("*.log*")) == []
+    fs.fail_fsync = False
+    shutil.rmtree(path / "index", ignore_errors=True)
+    with msgcask.open(path, compaction_interval=None) as store:
+        store.queue("q").put(b"works")
+
+
+def test_a_failed_background_fsync_is_logged_once_without_a_traceback(
+    store_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fs = FaultyFileSystem()
+    store = msgcask.Store(store_path, _fs=fs, sync_interval=0.01, compaction_interval=None)
+    store.queue("q").put(b"pending")
+    fs.fail_fsync = True
+    for _ in range(500):  # the flush thread meets the failure, then stops
+        if not store._flusher.is_alive():
+            break
+        time.sleep(0.01)
+    fs.fail_fsync = False
+    failures = [r for r in caplog.records if "background sync failed" in r.getMessage()]
+    assert len(failures) == 1, [r.getMessage() for r in caplog.records]
+    assert failures[0].exc_info is None
+    assert "fsync of the journal" in failures[0].getMessage()
+    store.close()

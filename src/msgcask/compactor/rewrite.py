@@ -25,7 +25,6 @@ not copied again until they are consumed.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
@@ -224,30 +223,27 @@ def _write_output(
         out_id = store._allocate_file_id()
         id_floor = store._next_id
     path = os.path.join(store.path, data_file_name(out_id))
-    out = store._fs.create_temp(path)
     try:
-        out.append(codec.encode_file_header(fmt.KIND_COMPACTED, out_id, id_floor))
-        out.append(codec.encode_manifest(victims))
-        offsets: list[int] = []
-        batch: list[bytes] = []
-        pos = out.size
-        for copy in copies:
-            offsets.append(pos)
-            pos += len(copy.data)
-            batch.append(copy.data)
-            if len(batch) >= 256:
+        # Nothing points at the copy yet: if this fails, it goes and the victims stay.
+        with store._fs.unpublished(path) as out:
+            out.append(codec.encode_file_header(fmt.KIND_COMPACTED, out_id, id_floor))
+            out.append(codec.encode_manifest(victims))
+            offsets: list[int] = []
+            batch: list[bytes] = []
+            pos = out.size
+            for copy in copies:
+                offsets.append(pos)
+                pos += len(copy.data)
+                batch.append(copy.data)
+                if len(batch) >= 256:
+                    out.append(b"".join(batch))
+                    batch.clear()
+                    store._pacer.pause()
+            if batch:
                 out.append(b"".join(batch))
-                batch.clear()
-                store._pacer.pause()
-        if batch:
-            out.append(b"".join(batch))
-        crash_point("compact.before_output_fsync")
-        store._fs.publish(out, path)
+            crash_point("compact.before_output_fsync")
+            store._fs.publish(out, path)
     except OSError as e:
-        # Nothing points at the copy yet: remove it and leave the victims alone.
-        out.close()
-        with contextlib.suppress(OSError):
-            store._fs.unlink(out.path)
         raise Error(f"compaction could not write {path}: {e.strerror}; nothing changed") from e
     crash_point("compact.after_output_fsync")
     return out_id, id_floor, out, offsets

@@ -33,6 +33,7 @@ import errno
 import mmap
 import os
 import signal
+from collections.abc import Iterator
 
 TEMP_SUFFIX = ".tmp"
 # Written bytes of the head's map before an fsync unmaps them: fewer pages cost
@@ -202,6 +203,19 @@ class FileSystem:
             os.unlink(temp)
         fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         return self._wrap(temp, fd, 0)
+
+    @contextlib.contextmanager
+    def unpublished(self, path: str) -> Iterator[DataFile]:
+        """``create_temp(path)`` for the block to write and ``publish``; if the
+        block raises, the file is closed and removed: a failure leaves nothing."""
+        handle = self.create_temp(path)
+        try:
+            yield handle
+        except BaseException:
+            handle.close()
+            with contextlib.suppress(OSError):
+                self.unlink(handle.path)
+            raise
 
     def publish(self, handle: DataFile, path: str, *, durable: bool = True) -> None:
         """Give a file made by ``create_temp`` its real name, atomically.

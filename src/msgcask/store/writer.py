@@ -11,7 +11,6 @@ thread whose records were written before the fsync started, so N threads in
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -132,17 +131,11 @@ class Journal:
             self._mark_durable(self.position)
         file_id = self._new_file_id()
         path = os.path.join(self.directory, data_file_name(file_id))
-        new = self.fs.create_temp(path)
-        try:
+        with self.fs.unpublished(path) as new:
             new.append(codec.encode_file_header(fmt.KIND_JOURNAL, file_id, self._id_floor()))
             # Durable even with sync="never" (one fsync per file, not per record):
             # a power cut must never leave a data file name without its header.
             self.fs.publish(new, path)
-        except OSError:
-            new.close()
-            with contextlib.suppress(OSError):
-                self.fs.unlink(new.path)
-            raise
         if self._map_chunk:
             new.map_appends(self._map_chunk)
         self.head_id, self.head = file_id, new
