@@ -452,8 +452,6 @@ class Store:
             # taken without catching up: the catch-up runs inside the try, so a
             # failing one still ends in the release below.
             with self._compactor.pass_lock(), self._lock.without_catch_up(), self._append_lock:
-                if self._closed:
-                    return
                 try:
                     self._finish_for_close()
                 except lmdb.Error as e:
