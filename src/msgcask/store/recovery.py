@@ -40,11 +40,10 @@ from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.filenames import INDEX_DIR, data_file_name, parse_data_file_name
 from msgcask.store.fs import TEMP_SUFFIX, DataFile, FileSystem
+from msgcask.store.manifest_rule import MAX_MANIFEST_BYTES, parse_manifest, redundant_files
 
 log = logging.getLogger("msgcask")
 
-# A MANIFEST names at most (budget / smallest file) victims; this bounds the read.
-MAX_MANIFEST_BYTES = 256 * 1024
 _PUTS = frozenset({fmt.TYPE_PUT})
 _MARKS = frozenset({fmt.TYPE_ACK, fmt.TYPE_DELIVER})
 _ALL = _PUTS | _MARKS
@@ -309,11 +308,9 @@ class Recovery:
         """The victims named by a compacted file's MANIFEST, or None (reported)
         if that record is damaged."""
         handle = self.files.handles[file_id]
-        head = handle.read(fmt.FILE_HEADER_SIZE, MAX_MANIFEST_BYTES)
-        for item in codec.scan(head, 0):
-            if isinstance(item, codec.Record) and item.rtype == fmt.TYPE_MANIFEST:
-                return codec.decode_manifest(head, item.payload_start)
-            break
+        victims = parse_manifest(handle.read(fmt.FILE_HEADER_SIZE, MAX_MANIFEST_BYTES))
+        if victims is not None:
+            return victims
         report = CorruptionReport(
             file_id,
             handle.path,
@@ -387,25 +384,10 @@ class Recovery:
         return catalog
 
     def _settle_compactions(self) -> None:
-        """Apply the MANIFEST rule to every compacted file, oldest first. A file
-        is judged by the files on disk before this recovery removed any: a
-        victim that goes here, as an unfinished copy itself, was not deleted by
-        the compaction that named it, so that compaction never finished either."""
-        on_disk = set(self.files.handles)
-        for file_id in sorted(self.files.headers):
-            if file_id not in self.files.handles:
-                continue
-            if self.files.headers[file_id].kind != fmt.KIND_COMPACTED:
-                continue
-            victims = self._manifest(file_id)
-            if victims is None:
-                continue  # cannot tell which files it replaced: keep everything
-            if all(v in on_disk for v in victims):
-                self._remove(file_id)
-            else:
-                for victim in victims:
-                    if victim in self.files.handles:
-                        self._remove(victim)
+        """Remove the files the MANIFEST rule makes redundant (store/manifest_rule.py)."""
+        compacted = [f for f, h in self.files.headers.items() if h.kind == fmt.KIND_COMPACTED]
+        for file_id in redundant_files(set(self.files.handles), compacted, self._manifest):
+            self._remove(file_id)
 
     # -- shared ----------------------------------------------------------------------
 
