@@ -2,10 +2,12 @@
 # Set up everything `make demo`, `make test` and `make bench` need, in this checkout:
 #
 #   1. .venv made with python3.11 (or python3 when it is 3.11+)
-#   2. msgcask installed editable with its `dev` and `bench` extras
-#   3. a Java 17+ runtime (for the planned Spark pipeline): installed with apt-get
-#      when `java` is missing and we are root or have passwordless sudo; otherwise
-#      we say what to install and go on, since nothing needs Java yet.
+#   2. msgcask installed editable with its `dev`, `bench` and `spark` extras
+#      (PySpark comes as a source package that pip builds: about a minute and
+#      1 GB of temporary space the first time)
+#   3. a Java 17+ runtime (for the Spark pipeline): installed with apt-get when
+#      `java` is missing and we are root or have passwordless sudo; otherwise we
+#      say what to install and go on (the Spark tests then fail, saying so).
 #
 # Idempotent. When nothing changed it returns in milliseconds: a stamp file in
 # .venv records a hash of pyproject.toml, this script and the checkout's path, and
@@ -21,7 +23,7 @@ SELF="$ROOT/scripts/bootstrap.sh"
 cd "$ROOT"
 VENV="$ROOT/.venv"
 STAMP="$VENV/.msgcask-bootstrap"
-EXTRAS="dev,bench"
+EXTRAS="dev,bench,spark"
 JAVA_PKG="openjdk-17-jre-headless"
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
@@ -53,7 +55,7 @@ java_step() {
         if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
             sudo=(sudo -n)
         else
-            say "warning: no 'java' on PATH. The planned Spark pipeline needs Java 17+;"
+            say "warning: no 'java' on PATH. The Spark pipeline needs Java 17+;"
             say "         install it with: sudo apt-get install -y $JAVA_PKG"
             return 0
         fi
@@ -71,7 +73,7 @@ java_step() {
         hash -r
         say "java: $(java -version 2>&1 | head -n1)"
     else
-        say "warning: could not install $JAVA_PKG; the planned Spark pipeline will need it."
+        say "warning: could not install $JAVA_PKG; the Spark pipeline and its tests need it."
     fi
 }
 
@@ -84,7 +86,7 @@ java_version_check() {
     # Java 8 and older report "1.8.0_x": the major version is the second number.
     if [[ "$major" == "1 "* ]]; then major="${major#1 }"; else major="${major%% *}"; fi
     if [[ "$major" =~ ^[0-9]+$ ]] && ((major < 17)); then
-        say "warning: $line; the planned Spark pipeline needs Java 17+ ($JAVA_PKG)."
+        say "warning: $line; the Spark pipeline needs Java 17+ ($JAVA_PKG)."
     fi
 }
 

@@ -8,6 +8,9 @@
   Slow suites always run, at small sizes by default.
 * ``verify``: the store's own consistency, checked through the public API only.
 * ``make_sparse``: sparse data files with a tenth of their messages left live.
+* ``spark``: one Spark session for every Spark test (starting one takes seconds).
+  Spark tests are marked ``spark`` and always run: without PySpark or Java they
+  fail, saying what to install (``make test`` installs both).
 """
 
 from __future__ import annotations
@@ -243,3 +246,16 @@ def snapshot(store: msgcask.Store, path: Path | None = None) -> dict[str, Any]:
 @pytest.fixture(name="snapshot")
 def snapshot_fixture() -> Callable[..., dict[str, Any]]:
     return snapshot
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from msgcask.pipeline.session import QUIET_CONF, require_spark, spark_session
+
+    try:
+        require_spark()
+    except msgcask.Error as e:
+        pytest.fail(f"Spark tests cannot run: {e}", pytrace=False)
+    session = spark_session(conf=QUIET_CONF)
+    yield session
+    session.stop()

@@ -489,3 +489,41 @@ def test_session_output_is_what_the_cli_prints(tmp_path: Path) -> None:
         assert [_normalize(got[i]) for i in keep] == [_normalize(expected[i]) for i in keep], (
             command
         )
+
+
+# -- pipeline.md -----------------------------------------------------------------------
+
+
+def _pipeline_table(marker: str) -> Table:
+    (table,) = [t for t in marked_tables(DOCS / "pipeline.md") if t.marker == marker]
+    return table
+
+
+def _names(table: Table) -> list[str]:
+    return [n for row in table.rows for n in re.findall(r"`([a-z_]+)`", row[0])]
+
+
+def test_pipeline_columns_are_the_data_sources() -> None:
+    from msgcask.pipeline.rows import COLUMNS
+
+    table = _pipeline_table("columns")
+    documented = [
+        (code_span(r[0]), r[1].replace("&lt;", "<").replace("&gt;", ">")) for r in table.rows
+    ]
+    assert documented == list(COLUMNS)
+
+
+def test_pipeline_source_options_have_their_defaults() -> None:
+    from msgcask.pipeline import source
+
+    rows = {
+        code_span(r[0]): literal(code_span(r[1])) for r in _pipeline_table("sourceoptions").rows
+    }
+    assert rows == {"payload": "false", "partition_bytes": source.DEFAULT_PARTITION_BYTES}
+
+
+def test_pipeline_job_columns_are_documented() -> None:
+    from msgcask.pipeline import audit, dead_letters
+
+    assert _names(_pipeline_table("auditcolumns")) == list(audit.FILE_COLUMNS)
+    assert _names(_pipeline_table("deadletters")) == list(dead_letters.COLUMNS)

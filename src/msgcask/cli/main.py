@@ -17,6 +17,7 @@ import click
 import msgcask
 from msgcask.check import scan_files
 from msgcask.cli.bench import bench, demo
+from msgcask.cli.pipeline import pipeline
 from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE
 from msgcask.store.filenames import LOCK_FILE, parse_data_file_name
 from msgcask.store.lockfile import lock_holder
@@ -184,6 +185,7 @@ def compact(path: str, threshold: float | None, max_file_size: int | None) -> No
 
 main.add_command(bench)
 main.add_command(demo)
+main.add_command(pipeline)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

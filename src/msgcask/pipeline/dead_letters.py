@@ -1,0 +1,81 @@
+"""Export dead letters: the live messages a store dead-lettered, with their
+bodies, to Parquet or JSON lines, for a person or another system to look at.
+
+A dead letter is a live message whose headers say where it came from
+(``x-dead-letter-from``, set when a nack moves a message past its queue's
+``max_deliveries``); ``queues`` instead takes every live message of the
+queues named (a dead-letter queue that also receives messages by other means).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from msgcask.pipeline.live import counted, live_puts, read_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+FORMATS = ("parquet", "json")
+COLUMNS = (
+    "msg_id",
+    "queue",
+    "dead_letter_from",
+    "original_id",
+    "priority",
+    "deliveries",
+    "headers",
+    "body",
+    "file_id",
+    "offset",
+)
+
+
+def dead_letters(
+    spark: SparkSession,
+    path: str,
+    queues: list[str] | None = None,
+    partition_bytes: int | None = None,
+) -> DataFrame:
+    """The dead letters of the store at ``path`` (``COLUMNS``), oldest first.
+    ``deliveries`` is the highest count any record of the message holds;
+    ``partition_bytes``: data-file bytes a task reads (the source's option)."""
+    from pyspark.sql import functions as F
+
+    kept = counted(read_rows(spark, path, payload=True, partition_bytes=partition_bytes))
+    live = live_puts(kept)
+    if queues:
+        live = live.where(F.col("queue").isin(queues))
+    else:
+        live = live.where(F.col("headers").getItem("x-dead-letter-from").isNotNull())
+    delivered = (
+        kept.where(F.col("type") == "deliver")
+        .groupBy("msg_id")
+        .agg(F.max("deliveries").alias("delivered"))
+    )
+    return (
+        live.join(delivered, "msg_id", "left")
+        .withColumn("deliveries", F.greatest("deliveries", F.coalesce("delivered", F.lit(0))))
+        .withColumn("dead_letter_from", F.col("headers").getItem("x-dead-letter-from"))
+        .withColumn("original_id", F.col("headers").getItem("x-original-id").try_cast("bigint"))
+        .select(*COLUMNS)
+        .orderBy("msg_id")
+    )
+
+
+def export_dead_letters(
+    spark: SparkSession,
+    path: str,
+    out: str,
+    fmt: str = "parquet",
+    queues: list[str] | None = None,
+    overwrite: bool = False,
+) -> int:
+    """Write the dead letters to ``out`` (a directory of ``fmt`` files, as Spark
+    writes); return how many. JSON carries bodies as base64."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    frame = dead_letters(spark, path, queues).cache()
+    writer = frame.write.mode("overwrite" if overwrite else "errorifexists")
+    getattr(writer, fmt)(out)
+    return frame.count()

@@ -1,0 +1,79 @@
+"""A store's data files as the pipeline reads them: a snapshot taken once, on
+the driver, which the Spark tasks then read one file each.
+
+Reading needs no lock and opens nothing for writing, so it is safe beside a
+process that has the store open: data files are append-only, and a file that
+disappears before its task reads it was deleted by compaction, which had
+already copied or released everything in it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from msgcask.errors import Error
+from msgcask.store import codec
+from msgcask.store import format as fmt
+from msgcask.store.filenames import parse_data_file_name
+from msgcask.store.manifest_rule import MAX_MANIFEST_BYTES, parse_manifest, redundant_files
+
+KIND_NAMES = {fmt.KIND_JOURNAL: "journal", fmt.KIND_COMPACTED: "compacted"}
+
+
+@dataclass(frozen=True)
+class DataFileInfo:
+    """One data file of the snapshot. ``kind`` is "journal", "compacted" or
+    "unreadable" (its header cannot be read: its records are still scanned,
+    and the header's damage is reported as a row). ``redundant`` says why the
+    file's records do not count (a compaction made them redundant), or is ""."""
+
+    file_id: int
+    path: str
+    size: int
+    kind: str
+    redundant: str = ""
+
+
+def list_data_files(directory: str) -> list[DataFileInfo]:
+    """The data files of the store at ``directory``, oldest first."""
+    if not os.path.isdir(directory):
+        raise Error(f"{directory} is not a directory: give the directory of a msgcask store")
+    found: dict[int, tuple[str, int, str]] = {}
+    for name in os.listdir(directory):
+        file_id = parse_data_file_name(name)
+        if file_id is None:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                head = f.read(fmt.FILE_HEADER_SIZE)
+        except FileNotFoundError:
+            continue  # deleted by the store's compaction since the listing
+        try:
+            kind = KIND_NAMES[codec.decode_file_header(head, path).kind]
+        except Error:
+            kind = "unreadable"
+        found[file_id] = (path, size, kind)
+    if not found:
+        raise Error(
+            f"{directory} holds no msgcask data files: not a store. Give the directory "
+            "of an existing store."
+        )
+    compacted = [f for f, (_, _, kind) in found.items() if kind == "compacted"]
+    redundant = redundant_files(set(found), compacted, lambda f: _victims(found[f][0]))
+    return [
+        DataFileInfo(f, path, size, kind, redundant.get(f, ""))
+        for f, (path, size, kind) in sorted(found.items())
+    ]
+
+
+def _victims(path: str) -> list[int] | None:
+    """The files a compacted file's MANIFEST names; None if it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(fmt.FILE_HEADER_SIZE)
+            return parse_manifest(f.read(MAX_MANIFEST_BYTES))
+    except OSError:
+        return None

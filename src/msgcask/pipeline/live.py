@@ -1,0 +1,35 @@
+"""Which messages are live, as Spark sees the rows of the ``msgcask`` source:
+the rule recovery applies when it rebuilds the index, in DataFrame form."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def read_rows(
+    spark: SparkSession, path: str, payload: bool = False, partition_bytes: int | None = None
+) -> DataFrame:
+    """The ``msgcask`` source's rows of the store at ``path`` (``partition_bytes``:
+    the source's option of that name, its default if None)."""
+    reader = spark.read.format("msgcask").option("payload", str(payload).lower())
+    if partition_bytes is not None:
+        reader = reader.option("partition_bytes", str(partition_bytes))
+    return reader.load(path)
+
+
+def counted(rows: DataFrame) -> DataFrame:
+    """The rows of the files whose records count: not made redundant by a compaction."""
+    from pyspark.sql import functions as F
+
+    return rows.where(F.col("redundant").isNull())
+
+
+def live_puts(counted_rows: DataFrame) -> DataFrame:
+    """The PUT rows of live messages: no ACK row of the same id in a counted file."""
+    from pyspark.sql import functions as F
+
+    acked = counted_rows.where(F.col("type") == "ack").select("msg_id").distinct()
+    return counted_rows.where(F.col("type") == "put").join(acked, "msg_id", "left_anti")

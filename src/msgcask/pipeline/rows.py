@@ -1,0 +1,109 @@
+"""One data file as rows: a row for the file, one per record, one per damaged stretch.
+
+This is what the ``msgcask`` Spark data source yields for each file, kept free
+of Spark so it can be tested and used alone. Records inside a BATCH come out
+as the records they hold (the BATCH record itself is framing, as in
+``codec.scan``); a batch torn by a crash is one damage row.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+from msgcask.errors import Error
+from msgcask.pipeline.files import DataFileInfo
+from msgcask.store import codec
+from msgcask.store import format as fmt
+
+# (name, Spark SQL type): the columns, in order. ``body`` is left out when the
+# data source is asked for no payload (Spark prunes no columns of a Python data
+# source, and bodies are most of the bytes).
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("file_id", "BIGINT"),
+    ("file_kind", "STRING"),  # journal | compacted | unreadable
+    ("redundant", "STRING"),  # why the file's records do not count, or NULL
+    ("offset", "BIGINT"),
+    ("size", "BIGINT"),  # bytes of the record, damaged stretch, or whole file
+    ("type", "STRING"),  # file | put | ack | deliver | manifest | damage
+    ("msg_id", "BIGINT"),  # put, ack, deliver
+    ("queue", "STRING"),  # put
+    ("priority", "INT"),  # put
+    ("deliveries", "INT"),  # put (as written), deliver (the count it records)
+    ("headers", "MAP<STRING, STRING>"),  # put
+    ("body_size", "BIGINT"),  # put
+    ("victims", "ARRAY<BIGINT>"),  # manifest: the files a compaction replaced
+    ("damage", "STRING"),  # damage: what is wrong there
+    ("body", "BINARY"),  # put, with the payload option only
+)
+BODY = "body"
+TYPE_NAMES = {
+    fmt.TYPE_PUT: "put",
+    fmt.TYPE_ACK: "ack",
+    fmt.TYPE_DELIVER: "deliver",
+    fmt.TYPE_MANIFEST: "manifest",
+}
+
+
+def schema(payload: bool) -> str:
+    """The rows' schema as a Spark SQL DDL string."""
+    return ", ".join(f"`{n}` {t}" for n, t in COLUMNS if payload or n != BODY)
+
+
+def file_rows(info: DataFileInfo, payload: bool) -> Iterator[tuple[Any, ...]]:
+    """The rows of one data file: first a ``file`` row (offset 0, ``size`` the
+    bytes read), then its records and damage in file order. A file deleted since the
+    snapshot yields nothing (compaction had copied or released all of it); a
+    file that cannot be read raises ``msgcask.Error`` naming it."""
+    try:
+        with open(info.path, "rb") as f:
+            buf = f.read()
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise Error(f"{info.path}: cannot be read ({e})") from e
+    common = (info.file_id, info.kind, info.redundant or None)
+
+    def row(offset: int, size: int, kind: str, reason: str | None = None) -> tuple[Any, ...]:
+        out = (*common, offset, size, kind, *([None] * 7), reason)
+        return (*out, None) if payload else out
+
+    yield row(0, len(buf), "file")
+    try:
+        codec.decode_file_header(buf[: fmt.FILE_HEADER_SIZE], info.path)
+    except Error as e:
+        yield row(0, min(len(buf), fmt.FILE_HEADER_SIZE), "damage", str(e))
+    for item in codec.scan(buf, fmt.FILE_HEADER_SIZE):
+        if isinstance(item, codec.Damage):
+            if not item.unused:  # the write head's space allocated ahead of writes
+                yield row(item.offset, item.length, "damage", item.reason)
+            continue
+        try:
+            fields = _record_row(buf, item, payload)
+        except (ValueError, UnicodeDecodeError, struct.error) as e:
+            # Intact bytes with impossible fields: recovery skips such a record too.
+            reason = f"malformed {TYPE_NAMES[item.rtype]} record: {e}"
+            yield row(item.offset, item.size, "damage", reason)
+            continue
+        yield (*common, item.offset, item.size, *fields)
+
+
+def _record_row(buf: bytes, item: codec.Record, payload: bool) -> tuple[Any, ...]:
+    """The columns after ``size`` for one intact record."""
+    rtype, start = item.rtype, item.payload_start
+    msg_id = queue = priority = deliveries = headers = body_size = victims = body = None
+    if rtype == fmt.TYPE_PUT:
+        codec.decode_put_meta(buf, start, item.end)  # the checks recovery makes
+        put = codec.decode_put(buf, start, item.end)
+        msg_id, queue, priority, deliveries = put.msg_id, put.queue, put.priority, put.deliveries
+        headers, body_size = put.headers, len(put.body)
+        body = put.body
+    elif rtype == fmt.TYPE_ACK:
+        (msg_id,) = fmt.ACK_PAYLOAD.unpack_from(buf, start)
+    elif rtype == fmt.TYPE_DELIVER:
+        msg_id, deliveries = fmt.DELIVER_PAYLOAD.unpack_from(buf, start)
+    else:
+        victims = codec.decode_manifest(buf, start)
+    row = (TYPE_NAMES[rtype], msg_id, queue, priority, deliveries, headers, body_size, victims)
+    return (*row, None, body) if payload else (*row, None)

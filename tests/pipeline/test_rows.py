@@ -1,0 +1,173 @@
+"""The pipeline's reading of data files, without Spark: every record the store
+wrote comes out as a row, damage is a row of its own, and the files a
+compaction made redundant are the ones recovery removes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import msgcask
+from conftest import data_files, make_sparse
+from msgcask.pipeline.files import list_data_files
+from msgcask.pipeline.rows import COLUMNS, file_rows
+from msgcask.store import codec
+from msgcask.store import format as fmt
+from msgcask.store.manifest_rule import redundant_files
+
+FIELD = {name: i for i, (name, _) in enumerate(COLUMNS)}
+SMALL = 2**16
+
+
+def all_rows(path: Path, payload: bool = False) -> list[tuple]:
+    return [row for info in list_data_files(str(path)) for row in file_rows(info, payload)]
+
+
+def live_from_rows(rows: list[tuple]) -> dict[int, tuple]:
+    """Live messages as the rows tell it: PUTs of counted files with no ACK."""
+    counted = [r for r in rows if r[FIELD["redundant"]] is None]
+    acked = {r[FIELD["msg_id"]] for r in counted if r[FIELD["type"]] == "ack"}
+    return {
+        r[FIELD["msg_id"]]: r
+        for r in counted
+        if r[FIELD["type"]] == "put" and r[FIELD["msg_id"]] not in acked
+    }
+
+
+def live_from_store(path: Path) -> dict[int, msgcask.Message]:
+    with msgcask.open(path, max_file_size=SMALL, compaction_interval=None) as store:
+        return {m.id: m for name in store.queues() for m in store.queue(name).browse()}
+
+
+def fill(path: Path) -> None:
+    """Several files of puts, acks in later files, a delivery count, dead letters."""
+    with msgcask.open(path, max_file_size=SMALL, compaction_interval=None) as store:
+        work = store.queue("work", max_deliveries=1)
+        for i in range(400):
+            work.put(b"%d" % i * 50, headers={"n": str(i)}, priority=i % 10)
+        for i in range(300):
+            message = work.get(block=False)
+            if i % 50 == 3:
+                work.nack(message)  # delivered max_deliveries times: into DLQ.work
+            else:
+                work.ack(message)
+
+
+def test_rows_give_exactly_the_live_messages_and_their_contents(tmp_path: Path) -> None:
+    fill(tmp_path)
+    rows = all_rows(tmp_path, payload=True)
+    assert all(len(r) == len(COLUMNS) for r in rows)
+    live = live_from_rows(rows)
+    expected = live_from_store(tmp_path)
+    assert sorted(live) == sorted(expected) and len(expected) > 100
+    for msg_id, m in expected.items():
+        row = live[msg_id]
+        assert row[FIELD["body"]] == m.body
+        assert row[FIELD["headers"]] == dict(m.headers)
+        assert (row[FIELD["queue"]], row[FIELD["priority"]]) == (m.queue, m.priority)
+    dead = [r for r in live.values() if r[FIELD["queue"]] == "DLQ.work"]
+    assert len(dead) == 6
+    assert all(r[FIELD["headers"]]["x-dead-letter-from"] == "work" for r in dead)
+    counts = {t: sum(r[FIELD["type"]] == t for r in rows) for t in ("file", "deliver", "damage")}
+    assert counts["file"] == len(data_files(tmp_path))
+    assert counts["deliver"] == 300 and counts["damage"] == 0
+
+
+def test_without_payload_there_is_no_body_column(tmp_path: Path) -> None:
+    fill(tmp_path)
+    rows = all_rows(tmp_path, payload=False)
+    assert {len(r) for r in rows} == {len(COLUMNS) - 1}
+    assert sorted(live_from_rows(rows)) == sorted(live_from_store(tmp_path))
+
+
+def test_a_damaged_record_is_a_damage_row_and_the_rest_are_read(tmp_path: Path) -> None:
+    fill(tmp_path)
+    victim = data_files(tmp_path)[0]
+    before = [r for r in all_rows(tmp_path) if r[FIELD["file_id"]] == 1]
+    target = next(r for r in before if r[FIELD["type"]] == "put" and r[FIELD["offset"]] > 1000)
+    raw = bytearray(victim.read_bytes())
+    raw[target[FIELD["offset"]] + fmt.RECORD_HEADER_SIZE + 2] ^= 0xFF  # inside its payload
+    victim.write_bytes(bytes(raw))
+    after = [r for r in all_rows(tmp_path) if r[FIELD["file_id"]] == 1]
+    damage = [r for r in after if r[FIELD["type"]] == "damage"]
+    assert [(r[FIELD["offset"]], r[FIELD["size"]]) for r in damage] == [
+        (target[FIELD["offset"]], target[FIELD["size"]])
+    ]
+    assert damage[0][FIELD["damage"]] == "checksum mismatch"
+    assert len(after) == len(before)  # the record's row became the damage row
+
+
+def test_a_file_with_a_bad_header_still_has_its_records_read(tmp_path: Path) -> None:
+    fill(tmp_path)
+    victim = data_files(tmp_path)[1]
+    raw = bytearray(victim.read_bytes())
+    raw[0:8] = b"notcask\x00"
+    victim.write_bytes(bytes(raw))
+    info = next(f for f in list_data_files(str(tmp_path)) if f.path == str(victim))
+    rows = list(file_rows(info, False))
+    assert info.kind == "unreadable"
+    assert rows[1][FIELD["type"]] == "damage" and "bad magic" in rows[1][FIELD["damage"]]
+    assert sum(r[FIELD["type"]] == "put" for r in rows) > 10
+
+
+def compacted_store(path: Path, before: Path) -> tuple[int, list[int]]:
+    """A store whose one compaction rewrote several files; ``before`` keeps a
+    copy of the directory from just before it. Returns the compacted file's id
+    and its victims."""
+    with msgcask.open(path, max_file_size=SMALL, compaction_interval=None) as store:
+        make_sparse(store.queue("q"), messages=900)
+    shutil.copytree(path, before)
+    with msgcask.open(path, max_file_size=SMALL, compaction_interval=None) as store:
+        assert store.compact(threshold=0.5).files_rewritten >= 2
+    compacted = [f for f in list_data_files(str(path)) if f.kind == "compacted"]
+    assert len(compacted) == 1
+    head = Path(compacted[0].path).read_bytes()[fmt.FILE_HEADER_SIZE :]
+    item = next(iter(codec.scan(head, 0)))
+    assert isinstance(item, codec.Record)
+    return compacted[0].file_id, codec.decode_manifest(head, item.payload_start)
+
+
+@pytest.mark.parametrize("restored", ["one victim", "every victim"])
+def test_files_a_compaction_made_redundant_do_not_count(tmp_path: Path, restored: str) -> None:
+    """As if the pass had deleted fewer files (one victim back) or none (every
+    victim back) before a crash: the rows leave out what recovery removes."""
+    store, before = tmp_path / "store", tmp_path / "before"
+    copy_id, victims = compacted_store(store, before)
+    back = victims[:1] if restored == "one victim" else victims
+    for victim in back:
+        name = f"{victim:010d}.log"
+        shutil.copy(before / name, store / name)
+    files = {f.file_id: f for f in list_data_files(str(store))}
+    if restored == "one victim":
+        assert files[victims[0]].redundant == f"replaced by compacted file {copy_id}"
+        assert not files[copy_id].redundant
+    else:
+        assert files[copy_id].redundant.startswith("an unfinished compaction's copy")
+        assert not any(files[v].redundant for v in victims)
+    live = live_from_rows(all_rows(store))
+    assert sorted(live) == sorted(live_from_store(store))  # recovery ran: the same rule
+    # (An id freed by removing the newest file may come back as the new write head.)
+    after = {(f.file_id, f.kind) for f in list_data_files(str(store))}
+    removed = {(f, info.kind) for f, info in files.items()} - after
+    assert removed == {(f, info.kind) for f, info in files.items() if info.redundant}
+
+
+def test_redundant_files_judges_copies_oldest_first() -> None:
+    manifests = {5: [1, 2], 6: [5, 3], 7: [4]}
+    # 5's victims are both here: 5 is an unfinished copy. 6 replaced 5 and 3 (3 is
+    # gone): 5 is redundant already. 7's only victim is gone: 7 counts.
+    assert redundant_files({1, 2, 5, 6, 7}, [5, 6, 7], manifests.get) == {
+        5: "an unfinished compaction's copy: every file it replaced is here"
+    }
+    assert redundant_files({1, 2, 5, 6}, [5, 6], lambda f: None) == {}
+    assert redundant_files({2, 5}, [5], manifests.get) == {2: "replaced by compacted file 5"}
+
+
+def test_a_directory_without_data_files_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(msgcask.Error, match="holds no msgcask data files"):
+        list_data_files(str(tmp_path))
+    with pytest.raises(msgcask.Error, match="not a directory"):
+        list_data_files(str(tmp_path / "missing"))

@@ -1,0 +1,142 @@
+"""The Spark jobs against the store's own view: the audit must equal the
+index's accounting file by file, and the export must hold exactly the dead
+letters the store would deliver, bodies included."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import msgcask
+from msgcask.cli.main import main
+from msgcask.pipeline.audit import audit
+from msgcask.pipeline.dead_letters import dead_letters, export_dead_letters
+from msgcask.pipeline.live import read_rows
+
+pytestmark = pytest.mark.spark
+SMALL = 2**16
+
+
+def pinned_store(path: Path, scaled: Any) -> None:
+    """A dlq-heavy history without compaction: files pinned by unacked and
+    dead-lettered messages, acks that must outlive the PUTs they cancel, and
+    delivery counts of live messages held by DELIVER records."""
+    with msgcask.open(path, max_file_size=SMALL, compaction_interval=None) as store:
+        orders = store.queue("orders", max_deliveries=2)
+        for i in range(scaled(1200)):
+            orders.put(b"order %d " % i * 20, headers={"n": str(i)})
+            message = orders.get(block=False)
+            if i % 97 == 5:
+                orders.nack(message)  # count 1: back in the queue
+                orders.nack(orders.get(block=False))  # count 2: dead-lettered
+            elif i % 89 == 1:
+                orders.nack(message)  # live again, with a delivery count of 1
+            elif i % 61 != 0:
+                orders.ack(message)  # every 61st stays delivered and unacked
+
+
+def index_view(path: Path) -> tuple[dict[int, tuple[int, int, int]], dict[int, msgcask.Message]]:
+    with msgcask.open(path, max_file_size=SMALL, compaction_interval=None) as store:
+        files = {
+            f.file_id: (f.live_messages, f.live_bytes, f.needed_acks) for f in store.stats().files
+        }
+        dlq = {m.id: m for m in store.queue("DLQ.orders").browse()}
+    return files, dlq
+
+
+@pytest.mark.parametrize("partition_bytes", [None, 1], ids=["one task", "a task per file"])
+def test_the_audit_equals_the_index_file_by_file(
+    spark: Any, tmp_path: Path, scaled: Any, partition_bytes: int | None
+) -> None:
+    pinned_store(tmp_path, scaled)
+    expected, _ = index_view(tmp_path)
+    result = audit(spark, str(tmp_path), partition_bytes)
+    parts = read_rows(spark, str(tmp_path), partition_bytes=partition_bytes).rdd.getNumPartitions()
+    assert parts == (1 if partition_bytes is None else len(expected))
+    got = {
+        r.file_id: (r.live_messages, r.live_bytes, r.needed_acks) for r in result.files.collect()
+    }
+    assert got == expected
+    assert sum(n for _, _, n in got.values()) > 10  # the history has needed acks to check
+    assert result.totals["live_messages"] == sum(n for n, _, _ in expected.values())
+    by_queue = {(r.file_id, r.queue): r.messages for r in result.live_by_queue.collect()}
+    assert sum(by_queue.values()) == result.totals["live_messages"]
+    assert {q for _, q in by_queue} == {"orders", "DLQ.orders"}
+
+
+def test_the_audit_leaves_out_what_a_compaction_made_redundant(
+    spark: Any, tmp_path: Path, scaled: Any
+) -> None:
+    pinned_store(tmp_path, scaled)
+    with msgcask.open(tmp_path, max_file_size=SMALL, compaction_interval=None) as store:
+        assert store.compact(threshold=0.5).files_rewritten
+    expected, _ = index_view(tmp_path)
+    got = {
+        r.file_id: (r.live_messages, r.live_bytes, r.needed_acks)
+        for r in audit(spark, str(tmp_path)).files.collect()
+    }
+    assert got == expected
+
+
+def test_the_dead_letter_export_is_the_dead_letter_queue(
+    spark: Any, tmp_path: Path, scaled: Any
+) -> None:
+    store = tmp_path / "store"
+    pinned_store(store, scaled)
+    with msgcask.open(store, max_file_size=SMALL, compaction_interval=None) as s:
+        dead = s.queue("DLQ.orders")
+        dead.nack(dead.get(block=False))  # looked at, put back: delivered once
+    _, dlq = index_view(store)
+    assert len(dlq) >= 10 and sorted(m.deliveries for m in dlq.values())[-2:] == [0, 1]
+    out = tmp_path / "dead"
+    assert export_dead_letters(spark, str(store), str(out)) == len(dlq)
+    rows = spark.read.parquet(str(out)).orderBy("msg_id").collect()
+    assert [r.msg_id for r in rows] == sorted(dlq)
+    for r in rows:
+        m = dlq[r.msg_id]
+        assert bytes(r.body) == m.body and r.headers == dict(m.headers)
+        assert r.dead_letter_from == "orders" and r.original_id == int(m.headers["x-original-id"])
+        assert (r.deliveries, r.queue) == (m.deliveries, "DLQ.orders")
+    # With a queue named, every live message of it: the messages left in "orders".
+    with msgcask.open(store, max_file_size=SMALL, compaction_interval=None) as s:
+        left = sorted(m.id for m in s.queue("orders").browse())
+    assert [r.msg_id for r in dead_letters(spark, str(store), ["orders"], 1).collect()] == left
+
+
+def test_the_commands_write_what_they_report(spark: Any, tmp_path: Path, scaled: Any) -> None:
+    store = tmp_path / "store"
+    pinned_store(store, scaled)
+    expected, dlq = index_view(store)
+    runner = CliRunner()
+    report = tmp_path / "audit.json"
+    result = runner.invoke(main, ["pipeline", "audit", str(store), "--json", str(report)])
+    assert result.exit_code == 0, result.output
+    written = json.loads(report.read_text())
+    assert written["totals"]["live_messages"] == sum(n for n, _, _ in expected.values())
+    assert {f["file_id"] for f in written["files"]} == set(expected)
+    assert f"{int(written['totals']['data_files'])} data files" in result.output
+    out = tmp_path / "dead"
+    args = ["pipeline", "dead-letters", str(store), str(out), "--format", "json"]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert f"{len(dlq)} dead letters written" in result.output
+    assert len(spark.read.json(str(out)).collect()) == len(dlq)
+    again = runner.invoke(main, args)
+    assert again.exit_code != 0 and "--overwrite" in again.output
+
+
+def test_bad_options_are_refused_with_what_to_do(spark: Any, tmp_path: Path) -> None:
+    pinned_store(tmp_path, lambda n: 50)
+    with pytest.raises(Exception, match="'true' or 'false'"):
+        spark.read.format("msgcask").option("payload", "yes").load(str(tmp_path)).count()
+    for bad in ("0", "-5", "lots"):
+        with pytest.raises(Exception, match=r"'partition_bytes' .* a number of bytes > 0"):
+            spark.read.format("msgcask").option("partition_bytes", bad).load(str(tmp_path)).count()
+    with pytest.raises(Exception, match="reads one store"):
+        spark.read.format("msgcask").load().count()
+    with pytest.raises(ValueError, match="choose one of parquet, json"):
+        export_dead_letters(spark, str(tmp_path), str(tmp_path / "x"), fmt="csv")
