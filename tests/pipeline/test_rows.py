@@ -171,3 +171,13 @@ def test_a_directory_without_data_files_is_refused(tmp_path: Path) -> None:
         list_data_files(str(tmp_path))
     with pytest.raises(msgcask.Error, match="not a directory"):
         list_data_files(str(tmp_path / "missing"))
+
+
+def test_a_relative_store_path_gives_absolute_file_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's workers read the files, and need not share the driver's directory."""
+    fill(tmp_path / "store")
+    monkeypatch.chdir(tmp_path)
+    files = list_data_files("store")
+    assert files and all(Path(f.path).is_absolute() and Path(f.path).exists() for f in files)

@@ -66,6 +66,9 @@ def test_the_audit_equals_the_index_file_by_file(
     by_queue = {(r.file_id, r.queue): r.messages for r in result.live_by_queue.collect()}
     assert sum(by_queue.values()) == result.totals["live_messages"]
     assert {q for _, q in by_queue} == {"orders", "DLQ.orders"}
+    assert result.rows.is_cached
+    result.release()
+    assert not result.rows.is_cached
 
 
 def test_the_audit_leaves_out_what_a_compaction_made_redundant(

@@ -55,6 +55,7 @@ def audit(path: str, master: str, json_out: str | None, rows: int) -> None:
     by_queue: dict[int, list[str]] = {}
     for r in result.live_by_queue.collect():
         by_queue.setdefault(r.file_id, []).append(f"{r.messages} in {r.queue}")
+    result.release()
     t = result.totals
     ratio = f"{t['disk_bytes'] / t['live_bytes']:.1f}" if t["live_bytes"] else "-"
     click.echo(

@@ -41,11 +41,17 @@ FILE_COLUMNS = (
 @dataclass
 class Audit:
     """``files``: a row per data file (``FILE_COLUMNS``); ``live_by_queue``: a row
-    per (file_id, queue) with live messages and bytes; ``totals``: store-wide sums."""
+    per (file_id, queue) with live messages and bytes; ``totals``: store-wide sums.
+    Both frames are computed from ``rows``, the store's rows cached in Spark (read
+    once): ``release()`` frees them when done."""
 
     files: DataFrame
     live_by_queue: DataFrame
     totals: dict[str, float]
+    rows: DataFrame
+
+    def release(self) -> None:
+        self.rows.unpersist()
 
 
 def audit(spark: SparkSession, path: str, partition_bytes: int | None = None) -> Audit:
@@ -122,4 +128,4 @@ def audit(spark: SparkSession, path: str, partition_bytes: int | None = None) ->
     ).first()
     assert summed is not None
     totals = {k: float(v or 0) for k, v in summed.asDict().items()}
-    return Audit(files, live_by_queue, totals)
+    return Audit(files, live_by_queue, totals, rows)

@@ -75,7 +75,10 @@ def export_dead_letters(
     writes); return how many. JSON carries bodies as base64."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    frame = dead_letters(spark, path, queues).cache()
-    writer = frame.write.mode("overwrite" if overwrite else "errorifexists")
-    getattr(writer, fmt)(out)
-    return frame.count()
+    frame = dead_letters(spark, path, queues).cache()  # written and counted: read once
+    try:
+        writer = frame.write.mode("overwrite" if overwrite else "errorifexists")
+        getattr(writer, fmt)(out)
+        return frame.count()
+    finally:
+        frame.unpersist()

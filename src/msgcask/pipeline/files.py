@@ -36,7 +36,9 @@ class DataFileInfo:
 
 
 def list_data_files(directory: str) -> list[DataFileInfo]:
-    """The data files of the store at ``directory``, oldest first."""
+    """The data files of the store at ``directory``, oldest first (absolute
+    paths: Spark's workers need not share the driver's working directory)."""
+    directory = os.path.abspath(directory)
     if not os.path.isdir(directory):
         raise Error(f"{directory} is not a directory: give the directory of a msgcask store")
     found: dict[int, tuple[str, int, str]] = {}
