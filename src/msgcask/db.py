@@ -218,6 +218,7 @@ class Store:
         compaction_interval: float | None = 10.0,
         max_store_size: int | None = None,
         compaction_budget: int = 64 * 2**20,
+        keep_data_files: bool = False,
         _fs: FileSystem | None = None,
     ):
         if not isinstance(path, (str, os.PathLike)):
@@ -230,6 +231,7 @@ class Store:
             compaction_interval=compaction_interval,
             max_store_size=max_store_size,
             compaction_budget=compaction_budget,
+            keep_data_files=keep_data_files,
         )
         self._sync_always = self.options.sync == "always"
         fspath = os.fspath(path)
@@ -608,7 +610,7 @@ class Store:
                 if time.monotonic() >= next_sync:
                     next_sync = time.monotonic() + self.options.sync_interval
                     self.sync()
-                    if self._acct.emptied:
+                    if self._acct.emptied and not self.options.keep_data_files:
                         self._compactor.reclaim_emptied()
                     if compacting and not self._scheduler.paused:
                         self._compactor.shrink_index_between_passes()
@@ -1514,6 +1516,11 @@ class Store:
         if threshold is not None:
             check_threshold("threshold", threshold)
         self._check_open()
+        if self.options.keep_data_files:
+            raise Error(
+                f"{self.path} was opened with keep_data_files=True, which keeps every data "
+                "file: nothing is compacted. Reopen it without that option to compact it."
+            )
         return self._compactor.run(threshold=threshold)
 
     def _compact_in_background(self) -> None:

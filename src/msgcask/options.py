@@ -45,6 +45,7 @@ class Options:
     compaction_interval: float | None = 10.0
     max_store_size: int | None = None
     compaction_budget: int = 64 * 2**20
+    keep_data_files: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_file_size", "compaction_budget"):
@@ -77,6 +78,17 @@ class Options:
             raise ValueError(
                 f"compaction_interval must be > 0 and at most {MAX_COMPACTION_INTERVAL:.0f} "
                 f"seconds (a year), or None to turn the schedule off; got {self.compaction_interval}"
+            )
+        if not isinstance(self.keep_data_files, bool):
+            raise TypeError(
+                f"keep_data_files must be a bool, got {type(self.keep_data_files).__name__}"
+            )
+        if self.keep_data_files and (
+            self.compaction_interval is not None or self.max_store_size is not None
+        ):
+            raise ValueError(
+                "keep_data_files=True keeps every data file, so nothing may compact: pass "
+                "compaction_interval=None and no max_store_size with it"
             )
         if self.max_store_size is not None:
             if isinstance(self.max_store_size, bool) or not isinstance(self.max_store_size, int):
