@@ -527,3 +527,9 @@ def test_pipeline_job_columns_are_documented() -> None:
 
     assert _names(_pipeline_table("auditcolumns")) == list(audit.FILE_COLUMNS)
     assert _names(_pipeline_table("deadletters")) == list(dead_letters.COLUMNS)
+
+
+def test_pipeline_sweep_columns_are_documented() -> None:
+    from msgcask.pipeline import sweep
+
+    assert _names(_pipeline_table("sweepcolumns")) == sweep.FIELDS

@@ -181,3 +181,30 @@ def test_a_relative_store_path_gives_absolute_file_paths(
     monkeypatch.chdir(tmp_path)
     files = list_data_files("store")
     assert files and all(Path(f.path).is_absolute() and Path(f.path).exists() for f in files)
+
+
+def test_a_copied_data_file_is_refused_not_counted_twice(tmp_path: Path) -> None:
+    fill(tmp_path)
+    shutil.copy(data_files(tmp_path)[1], tmp_path / "0000000099.log")
+    with pytest.raises(msgcask.Error, match="header names file 2; the file was renamed or copied"):
+        list_data_files(str(tmp_path))
+
+
+def test_a_directory_named_like_a_data_file_is_a_clear_error(tmp_path: Path) -> None:
+    fill(tmp_path)
+    (tmp_path / "0000000099.log").mkdir()
+    with pytest.raises(msgcask.Error, match=r"0000000099\.log: cannot be read as a data file"):
+        list_data_files(str(tmp_path))
+
+
+def test_a_file_compaction_deletes_before_it_is_read_fails_the_read(tmp_path: Path) -> None:
+    """Its records moved to a file the snapshot does not have: skipping it would
+    drop live messages from the count."""
+    with msgcask.open(tmp_path, max_file_size=SMALL, compaction_interval=None) as store:
+        make_sparse(store.queue("q"), messages=900)
+        snapshot = list_data_files(str(tmp_path))
+        assert store.compact(threshold=0.9).files_rewritten
+    gone = [f for f in snapshot if not Path(f.path).exists()]
+    assert gone
+    with pytest.raises(msgcask.Error, match="was deleted while the store was being read"):
+        list(file_rows(gone[0], False))

@@ -143,3 +143,109 @@ def test_bad_options_are_refused_with_what_to_do(spark: Any, tmp_path: Path) -> 
         spark.read.format("msgcask").load().count()
     with pytest.raises(ValueError, match="choose one of parquet, json"):
         export_dead_letters(spark, str(tmp_path), str(tmp_path / "x"), fmt="csv")
+
+
+def test_the_sweep_is_a_replay_per_setting(spark: Any, tmp_path: Path) -> None:
+    from test_replay import record
+
+    from msgcask.pipeline.replay import replay
+    from msgcask.pipeline.sweep import settings, sweep
+
+    rec = str(tmp_path / "rec")
+    live = record(Path(rec), 900)
+    grid = settings([0.9, 0.4], [4 * SMALL, SMALL])
+    rows = [r.asDict() for r in sweep(spark, rec, grid, pass_every=400).collect()]
+    assert [(r["compaction_threshold"], r["max_file_size"]) for r in rows] == [
+        (0.4, SMALL),
+        (0.4, 4 * SMALL),
+        (0.9, SMALL),
+        (0.9, 4 * SMALL),
+    ]
+    assert {r["final_live_bytes"] for r in rows} == {live}
+    direct = replay(rec, grid[1], pass_every=400).as_dict()
+    for row in (direct, rows[1]):
+        row.pop("seconds")
+    assert rows[1] == direct
+
+
+def test_the_sweep_command(spark: Any, tmp_path: Path) -> None:
+    from test_replay import record
+
+    rec = tmp_path / "rec"
+    record(rec, 600)
+    runner = CliRunner()
+    base = ["pipeline", "sweep", str(rec), "--pass-every", "300"]
+    out = tmp_path / "sweep.json"
+    result = runner.invoke(main, [*base, "--thresholds", "0.5", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 2  # the default file sizes
+    assert f"{rows[0]['records']} records replayed per setting" in result.output
+    for bad, says in [("0.5,abc", "comma-separated list"), ("1.5", "must be in (0, 1]")]:
+        result = runner.invoke(main, [*base, "--thresholds", bad])
+        assert result.exit_code == 2 and says in result.output, result.output
+    result = runner.invoke(main, [*base, "--file-sizes", "1000"])
+    assert result.exit_code == 2 and "max_file_size must be" in result.output
+    (rec / "0000000001.log").unlink()
+    result = runner.invoke(main, base)
+    assert result.exit_code == 1 and "not a whole journal" in result.output
+
+
+@pytest.mark.parametrize("out", ["the store", "its parent", "inside it"])
+def test_the_export_never_writes_over_the_store(tmp_path: Path, out: str) -> None:
+    """Checked before Spark starts: --overwrite would delete the store first."""
+    store = tmp_path / "store"
+    pinned_store(store, lambda n: 100)
+    before = sorted(p.name for p in store.iterdir())
+    target = {"the store": store, "its parent": tmp_path, "inside it": store / "dead"}[out]
+    result = CliRunner().invoke(
+        main, ["pipeline", "dead-letters", str(store), str(target), "--overwrite"]
+    )
+    assert result.exit_code == 1 and "would destroy the store" in result.output
+    assert sorted(p.name for p in store.iterdir()) == before
+    with pytest.raises(ValueError, match="would destroy the store"):
+        export_dead_letters(None, str(store), str(target), overwrite=True)  # type: ignore[arg-type]
+
+
+def test_bad_command_input_is_refused_before_spark_starts(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    pinned_store(store, lambda n: 50)
+    (tmp_path / "empty").mkdir()
+    runner = CliRunner()
+    for args in (
+        ["audit", str(tmp_path / "empty")],
+        ["dead-letters", str(tmp_path / "empty"), "x"],
+    ):
+        result = runner.invoke(main, ["pipeline", *args])
+        assert result.exit_code == 1 and "holds no msgcask data files" in result.output
+        assert "Traceback" not in result.output
+    missing = str(tmp_path / "nowhere" / "a.json")
+    result = runner.invoke(main, ["pipeline", "audit", str(store), "--json", missing])
+    assert result.exit_code == 2 and "its directory does not exist" in result.output
+
+
+def test_a_bad_master_is_a_clear_error(tmp_path: Path) -> None:
+    """In a process of its own: a session already running would be reused."""
+    import subprocess
+    import sys
+
+    pinned_store(tmp_path, lambda n: 20)
+    command = ["pipeline", "audit", str(tmp_path), "--master", "nonsense://nowhere"]
+    run = subprocess.run(
+        [sys.executable, "-m", "msgcask.cli.main", *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 1
+    assert "Error: cannot start Spark with --master 'nonsense://nowhere'" in run.stderr
+
+
+def test_the_jobs_refuse_a_path_that_is_no_store(spark: Any, tmp_path: Path) -> None:
+    with pytest.raises(msgcask.Error, match="holds no msgcask data files"):
+        audit(spark, str(tmp_path))
+    with pytest.raises(msgcask.Error, match="not a directory"):
+        dead_letters(spark, str(tmp_path / "missing"))
+    pinned_store(tmp_path, lambda n: 20)
+    with pytest.raises(ValueError, match="partition_bytes is a number of bytes > 0"):
+        audit(spark, str(tmp_path), partition_bytes=0)

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import click
 
+from msgcask.errors import Error
+from msgcask.pipeline.files import list_data_files
+from msgcask.pipeline.replay import DEFAULT_PASS_EVERY, whole_journal
 from msgcask.pipeline.session import DEFAULT_MASTER, QUIET_CONF, spark_session
 
 MASTER = click.option(
@@ -25,15 +29,22 @@ STORE = click.argument("path", type=click.Path(exists=True, file_okay=False))
 
 
 def _spark(master: str):  # type: ignore[no-untyped-def]
+    """The session; callers check their inputs first (starting Spark takes seconds)."""
     conf = dict(QUIET_CONF) if master.startswith("local") else {}
-    spark = spark_session(master, conf)
+    try:
+        spark = spark_session(master, conf)
+    except Error:
+        raise
+    except Exception as e:
+        raise Error(f"cannot start Spark with --master {master!r}: {e}") from e
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
 @click.group()
 def pipeline() -> None:
-    """Spark jobs over a store's data files: audit, export dead letters."""
+    """Spark jobs over a store's data files: audit, export dead letters, sweep
+    compaction settings over a recorded workload."""
 
 
 @pipeline.command()
@@ -50,6 +61,9 @@ def audit(path: str, master: str, json_out: str | None, rows: int) -> None:
     needed acks, damage, and the queues whose live messages keep each file."""
     from msgcask.pipeline.audit import audit as run_audit
 
+    list_data_files(path)
+    if json_out and not os.path.isdir(os.path.dirname(os.path.abspath(json_out))):
+        raise click.BadParameter(f"{json_out}: its directory does not exist", param_hint="--json")
     result = run_audit(_spark(master), path)
     files = [r.asDict() for r in result.files.collect()]
     by_queue: dict[int, list[str]] = {}
@@ -109,9 +123,89 @@ def dead_letters(
 ) -> None:
     """Export the store's dead letters (live messages with an x-dead-letter-from
     header) with their bodies to OUT, a directory Spark writes."""
-    from msgcask.pipeline.dead_letters import export_dead_letters
+    from msgcask.pipeline.dead_letters import check_output, export_dead_letters
 
-    if os.path.exists(out) and not overwrite:
-        raise click.ClickException(f"{out} exists: choose another path, or pass --overwrite")
+    list_data_files(path)
+    try:
+        check_output(path, out, overwrite)
+    except ValueError as e:
+        raise click.ClickException(str(e).replace("overwrite it", "pass --overwrite")) from e
     count = export_dead_letters(_spark(master), path, out, fmt, list(queues) or None, overwrite)
     click.echo(f"{count} dead letters written to {out} ({fmt})")
+
+
+def _numbers(kind: type, text: str) -> list[Any]:
+    try:
+        return [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError as e:
+        raise click.BadParameter(f"a comma-separated list of numbers, not {text!r}") from e
+
+
+@pipeline.command()
+@click.argument("recording", type=click.Path(exists=True, file_okay=False))
+@MASTER
+@click.option(
+    "--thresholds",
+    default="0.25,0.5,0.75",
+    show_default=True,
+    help="compaction_threshold values, comma-separated.",
+)
+@click.option(
+    "--file-sizes",
+    default="262144,1048576",
+    show_default=True,
+    help="max_file_size values in bytes, comma-separated.",
+)
+@click.option(
+    "--pass-every",
+    default=DEFAULT_PASS_EVERY,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Records replayed between two compaction passes.",
+)
+@click.option(
+    "--json", "json_out", type=click.Path(dir_okay=False), help="Also write the rows here."
+)
+def sweep(
+    recording: str,
+    master: str,
+    thresholds: str,
+    file_sizes: str,
+    pass_every: int,
+    json_out: str | None,
+) -> None:
+    """Replay the workload recorded in RECORDING (a store written with
+    keep_data_files=True) under every pair of settings, one Spark task each."""
+    from msgcask.pipeline.sweep import settings
+    from msgcask.pipeline.sweep import sweep as run_sweep
+
+    try:
+        grid = settings(_numbers(float, thresholds), _numbers(int, file_sizes))
+    except (TypeError, ValueError) as e:
+        raise click.BadParameter(str(e)) from e
+    whole_journal(recording)
+    rows = [r.asDict() for r in run_sweep(_spark(master), recording, grid, pass_every).collect()]
+    click.echo(
+        f"{'threshold':>9} {'file size':>10} {'max disk/live':>13} {'final':>6} "
+        f"{'write amp':>9} {'passes':>6} {'rewritten':>9} {'copied':>10} {'seconds':>7}"
+    )
+    for r in rows:
+        click.echo(
+            f"{r['compaction_threshold']:>9.2f} {r['max_file_size']:>10} "
+            f"{r['max_disk_over_live']:>13.2f} {r['final_disk_over_live']:>6.2f} "
+            f"{r['write_amplification']:>9.3f} {r['passes']:>6} {r['files_rewritten']:>9} "
+            f"{r['bytes_copied']:>10} {r['seconds']:>7.1f}"
+        )
+    unfaithful = [r for r in rows if r["gets_out_of_order"] or r["acks_not_replayed"]]
+    if unfaithful:
+        r = unfaithful[0]
+        click.echo(
+            f"note: the replay differs from the recording: {r['gets_out_of_order']} gets "
+            f"returned another message, {r['acks_not_replayed']} acks of undelivered messages "
+            "were not replayed (see docs/pipeline.md)"
+        )
+    click.echo(f"{rows[0]['records'] if rows else 0} records replayed per setting")
+    if json_out:
+        with open(json_out, "w") as out:
+            json.dump({"recording": os.path.abspath(recording), "rows": rows}, out, indent=1)
+        click.echo(f"sweep written to {json_out}")

@@ -1,10 +1,12 @@
 """A store's data files as the pipeline reads them: a snapshot taken once, on
-the driver, which the Spark tasks then read one file each.
+the driver, whose files the Spark tasks then read.
 
 Reading needs no lock and opens nothing for writing, so it is safe beside a
-process that has the store open: data files are append-only, and a file that
-disappears before its task reads it was deleted by compaction, which had
-already copied or released everything in it.
+process that has the store open: data files are append-only. What such a
+process does meanwhile is not all seen: appends to a listed file are, files
+created after the listing are not. A listed file that a compaction pass
+deletes before it is read fails the read (``rows.file_rows``): its records
+moved to a file the snapshot does not have.
 """
 
 from __future__ import annotations
@@ -53,10 +55,20 @@ def list_data_files(directory: str) -> list[DataFileInfo]:
                 head = f.read(fmt.FILE_HEADER_SIZE)
         except FileNotFoundError:
             continue  # deleted by the store's compaction since the listing
+        except OSError as e:  # a directory, a special file, an I/O error
+            raise Error(f"{path}: cannot be read as a data file ({e})") from e
         try:
-            kind = KIND_NAMES[codec.decode_file_header(head, path).kind]
+            header = codec.decode_file_header(head, path)
         except Error:
             kind = "unreadable"
+        else:
+            if header.file_id != file_id:
+                # Recovery refuses such a file too: its records would count twice.
+                raise Error(
+                    f"{path}: header names file {header.file_id}; the file was renamed or "
+                    "copied from another store. Move it out of the store directory."
+                )
+            kind = KIND_NAMES[header.kind]
         found[file_id] = (path, size, kind)
     if not found:
         raise Error(

@@ -13,7 +13,18 @@ def read_rows(
     spark: SparkSession, path: str, payload: bool = False, partition_bytes: int | None = None
 ) -> DataFrame:
     """The ``msgcask`` source's rows of the store at ``path`` (``partition_bytes``:
-    the source's option of that name, its default if None)."""
+    the source's option of that name, its default if None). A path that is no
+    store, or a bad ``partition_bytes``, raises here (``msgcask.Error``,
+    ``ValueError``) rather than from inside Spark's planner."""
+    from msgcask.pipeline.files import list_data_files
+
+    list_data_files(path)
+    if partition_bytes is not None and (
+        isinstance(partition_bytes, bool)
+        or not isinstance(partition_bytes, int)
+        or partition_bytes <= 0
+    ):
+        raise ValueError(f"partition_bytes is a number of bytes > 0, not {partition_bytes!r}")
     reader = spark.read.format("msgcask").option("payload", str(payload).lower())
     if partition_bytes is not None:
         reader = reader.option("partition_bytes", str(partition_bytes))

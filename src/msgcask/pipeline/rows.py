@@ -53,14 +53,19 @@ def schema(payload: bool) -> str:
 
 def file_rows(info: DataFileInfo, payload: bool) -> Iterator[tuple[Any, ...]]:
     """The rows of one data file: first a ``file`` row (offset 0, ``size`` the
-    bytes read), then its records and damage in file order. A file deleted since the
-    snapshot yields nothing (compaction had copied or released all of it); a
-    file that cannot be read raises ``msgcask.Error`` naming it."""
+    bytes read), then its records and damage in file order. A file that cannot
+    be read raises ``msgcask.Error`` naming it; so does one deleted since the
+    snapshot was taken, since its records now live in files the snapshot does
+    not have (a compaction pass ran meanwhile): the snapshot is no longer whole."""
     try:
         with open(info.path, "rb") as f:
             buf = f.read()
-    except FileNotFoundError:
-        return
+    except FileNotFoundError as e:
+        raise Error(
+            f"{info.path} was deleted while the store was being read (a compaction pass "
+            "moved its records to a file this read does not include). Run it again, or "
+            "pause compaction meanwhile (Store.pause_compaction), or read a copy of the store."
+        ) from e
     except OSError as e:
         raise Error(f"{info.path}: cannot be read ({e})") from e
     common = (info.file_id, info.kind, info.redundant or None)

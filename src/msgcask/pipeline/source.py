@@ -23,7 +23,10 @@ from msgcask.pipeline.files import DataFileInfo, list_data_files
 from msgcask.pipeline.rows import BODY, COLUMNS, file_rows, schema
 
 NAME = "msgcask"
-BATCH_ROWS = 8192  # rows per Arrow batch a task hands to Spark
+BATCH_ROWS = 8192  # rows per Arrow batch a task hands to Spark, at most
+BATCH_BYTES = 64 * 2**20  # record bytes per Arrow batch, about
+_TYPE = [name for name, _ in COLUMNS].index("type")
+_SIZE = [name for name, _ in COLUMNS].index("size")
 DEFAULT_PARTITION_BYTES = 64 * 2**20  # data-file bytes per task (one file at least)
 
 
@@ -105,10 +108,26 @@ class MsgcaskReader(DataSourceReader):
         assert isinstance(partition, FilesPartition)
         schema = arrow_schema(self.payload)
         rows = itertools.chain.from_iterable(file_rows(f, self.payload) for f in partition.files)
-        while chunk := list(itertools.islice(rows, BATCH_ROWS)):
+        for chunk in _batches(rows):
             columns = zip(*chunk, strict=True)
             arrays = [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)]
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _batches(rows: Iterator[tuple[Any, ...]]) -> Iterator[list[tuple[Any, ...]]]:
+    """Rows in lists of at most BATCH_ROWS rows and about BATCH_BYTES bytes of
+    records (an Arrow ``binary`` column holds at most 2 GiB)."""
+    chunk: list[tuple[Any, ...]] = []
+    size = 0
+    for row in rows:
+        chunk.append(row)
+        if row[_TYPE] != "file":
+            size += row[_SIZE]
+        if len(chunk) >= BATCH_ROWS or size >= BATCH_BYTES:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
 
 
 def arrow_schema(payload: bool) -> Any:

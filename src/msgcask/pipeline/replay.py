@@ -1,0 +1,222 @@
+"""Replay a recorded workload on a new store under other compaction settings.
+
+The recording is a store's own journal, kept whole: a store opened with
+``keep_data_files=True`` (and so ``compaction_interval=None``) never deletes a
+data file, so its journal files, from the first, hold every put, delivery and
+ack in the order they happened. A replay
+applies them in that order to a new store in one thread and runs a compaction
+pass every ``pass_every`` records, so two settings see the same workload and
+the same passes (a schedule in seconds would depend on how fast each replay ran).
+
+Bodies are replayed as zero bytes of the recorded size, with the recorded
+queue, priority and headers. A delivery is replayed as a ``get`` of the
+message's queue (after a ``nack`` if the recording delivered it again); a get
+that returns another message than the recorded one (the recording's consumer
+used a selector, say) is counted, and the replay goes on with the message it
+got. An ack of a message the recording never delivered (``purge``,
+``delete_queue``) cannot be replayed, and is counted too.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import msgcask
+from msgcask.errors import Error
+from msgcask.pipeline.files import DataFileInfo, list_data_files
+from msgcask.pipeline.rows import COLUMNS, file_rows
+
+_AT = {name: i for i, (name, _) in enumerate(COLUMNS)}
+_TYPE, _MSG_ID, _QUEUE = _AT["type"], _AT["msg_id"], _AT["queue"]
+_PRIORITY, _HEADERS, _BODY_SIZE = _AT["priority"], _AT["headers"], _AT["body_size"]
+DEFAULT_PASS_EVERY = 10_000
+
+
+@dataclass(frozen=True)
+class Setting:
+    compaction_threshold: float
+    max_file_size: int
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What one setting did with the recorded workload. Disk figures are data
+    files only (what ``stats().data_bytes`` counts), sampled before and after
+    every pass, and a last pass ends the replay; ``max_disk_over_live`` is over
+    the samples with anything live, against live and needed bytes."""
+
+    compaction_threshold: float
+    max_file_size: int
+    records: int
+    passes: int
+    max_data_bytes: int
+    final_data_bytes: int
+    final_live_bytes: int
+    max_disk_over_live: float
+    final_disk_over_live: float
+    write_amplification: float
+    files_rewritten: int
+    bytes_copied: int
+    gets_out_of_order: int
+    acks_not_replayed: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def whole_journal(recording: str) -> list[DataFileInfo]:
+    """The recording's data files, refused with ``msgcask.Error`` unless they
+    are a whole journal: journal files only, numbered from 1 without a gap."""
+    files = list_data_files(recording)
+    other = [f for f in files if f.kind != "journal"]
+    missing = sorted(set(range(1, files[-1].file_id + 1)) - {f.file_id for f in files})
+    if other or missing:
+        what = (
+            f"data file {other[0].file_id} is {other[0].kind}"
+            if other
+            else f"data file {missing[0]} is missing (deleted by compaction)"
+        )
+        raise Error(
+            f"{recording} is not a whole journal ({what}), so it does not hold the whole "
+            "workload. Record it with msgcask.open(path, keep_data_files=True, "
+            "compaction_interval=None)."
+        )
+    return files
+
+
+def replay(
+    recording: str,
+    setting: Setting,
+    pass_every: int = DEFAULT_PASS_EVERY,
+    workdir: str | None = None,
+) -> ReplayResult:
+    """Replay the workload recorded at ``recording`` on a new store (in a
+    temporary directory under ``workdir``, removed afterwards) with ``setting``."""
+    if pass_every <= 0:
+        raise ValueError(f"pass_every is a number of records > 0, not {pass_every}")
+    files = whole_journal(recording)
+    target = tempfile.mkdtemp(prefix="msgcask-replay-", dir=workdir)
+    try:
+        with msgcask.open(
+            target,
+            max_file_size=setting.max_file_size,
+            compaction_threshold=setting.compaction_threshold,
+            compaction_interval=None,
+            sync="never",  # what is measured is disk use, not durability
+        ) as store:
+            return _Replay(store, setting, pass_every).run(files)
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+
+
+class _Replay:
+    def __init__(self, store: msgcask.Store, setting: Setting, pass_every: int) -> None:
+        self.store = store
+        self.setting = setting
+        self.pass_every = pass_every
+        self.queues: dict[str, msgcask.Queue] = {}
+        self.queue_of: dict[int, str] = {}  # recorded id -> its queue
+        self.recorded_id: dict[int, int] = {}  # the replay's id -> the recorded one
+        self.delivered: dict[int, msgcask.Message] = {}  # recorded id -> the replay's message
+        self.bodies: dict[int, bytes] = {}
+        self.out_of_order = self.not_replayed = self.records = 0
+        self.max_data = 0
+        self.max_ratio = 0.0
+
+    def run(self, files: list[DataFileInfo]) -> ReplayResult:
+        started = time.perf_counter()
+        for info in files:
+            for row in file_rows(info, payload=False):
+                kind = row[_TYPE]
+                if kind == "put":
+                    self._put(row)
+                elif kind == "deliver":
+                    self._deliver(row[_MSG_ID])
+                elif kind == "ack":
+                    self._ack(row[_MSG_ID])
+                else:
+                    continue  # file rows, and damage: nothing to replay
+                self.records += 1
+                if self.records % self.pass_every == 0:
+                    self._pass()
+        final = self._pass()
+        live = final.live_bytes + final.needed_bytes
+        return ReplayResult(
+            self.setting.compaction_threshold,
+            self.setting.max_file_size,
+            self.records,
+            final.compaction.passes,
+            self.max_data,
+            final.data_bytes,
+            final.live_bytes,
+            self.max_ratio,
+            final.data_bytes / live if live else 0.0,
+            final.write_amplification,
+            final.compaction.files_rewritten,
+            final.compaction.bytes_copied,
+            self.out_of_order,
+            self.not_replayed,
+            time.perf_counter() - started,
+        )
+
+    def _queue(self, name: str) -> msgcask.Queue:
+        queue = self.queues.get(name)
+        if queue is None:
+            queue = self.queues[name] = self.store.queue(name)
+        return queue
+
+    def _put(self, row: tuple[Any, ...]) -> None:
+        size = row[_BODY_SIZE]
+        body = self.bodies.get(size)
+        if body is None:
+            body = self.bodies[size] = bytes(size)
+        new_id = self._queue(row[_QUEUE]).put(body, headers=row[_HEADERS], priority=row[_PRIORITY])
+        self.queue_of[row[_MSG_ID]] = row[_QUEUE]
+        self.recorded_id[new_id] = row[_MSG_ID]
+
+    def _deliver(self, recorded: int) -> None:
+        name = self.queue_of.get(recorded)
+        if name is None:
+            return  # its PUT record was damaged in the recording
+        queue = self._queue(name)
+        again = self.delivered.pop(recorded, None)
+        if again is not None:
+            queue.nack(again)  # the recording's consumer gave it back, then got it again
+        try:
+            message = queue.get(block=False)
+        except msgcask.Empty:
+            self.out_of_order += 1
+            return
+        if self.recorded_id[message.id] != recorded:
+            self.out_of_order += 1
+        self.delivered[recorded] = message
+
+    def _ack(self, recorded: int) -> None:
+        message = self.delivered.pop(recorded, None)
+        if message is None:
+            self.not_replayed += 1
+            return
+        self._queue(message.queue).ack(message)
+        # Gone in both stores: forget it (a long recording would fill memory).
+        self.queue_of.pop(recorded, None)
+        self.recorded_id.pop(message.id, None)
+
+    def _pass(self) -> Any:
+        """A compaction pass, with disk use sampled before it (the most the
+        setting let pile up) and after (what it came down to); the stats after."""
+        self._sample()
+        self.store.compact()
+        return self._sample()
+
+    def _sample(self) -> Any:
+        stats = self.store.stats()
+        self.max_data = max(self.max_data, stats.data_bytes)
+        live = stats.live_bytes + stats.needed_bytes
+        if stats.live_messages:
+            self.max_ratio = max(self.max_ratio, stats.data_bytes / live)
+        return stats

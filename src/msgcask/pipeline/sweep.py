@@ -1,0 +1,80 @@
+"""The compaction sweep: one recorded workload replayed under many settings,
+one Spark task per setting (``replay.replay``), so settings run in parallel on
+as many cores or executors as there are."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE, check_threshold
+from msgcask.pipeline.replay import (
+    DEFAULT_PASS_EVERY,
+    ReplayResult,
+    Setting,
+    replay,
+    whole_journal,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+_SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE"}  # ReplayResult's annotations, as written
+FIELDS = [f.name for f in dataclasses.fields(ReplayResult)]
+RESULT_SCHEMA = ", ".join(
+    f"{f.name} {_SQL_TYPES[str(f.type)]}" for f in dataclasses.fields(ReplayResult)
+)
+
+
+def settings(thresholds: list[float], file_sizes: list[int]) -> list[Setting]:
+    """Every pair of a threshold and a file size, checked as ``msgcask.open`` would."""
+    if not thresholds or not file_sizes:
+        raise ValueError("a sweep needs at least one compaction_threshold and one max_file_size")
+    for t in thresholds:
+        check_threshold("compaction_threshold", t)
+    for size in file_sizes:
+        if not MIN_FILE_SIZE <= size <= MAX_FILE_SIZE_LIMIT:
+            raise ValueError(
+                f"max_file_size must be {MIN_FILE_SIZE} to {MAX_FILE_SIZE_LIMIT} bytes, got {size}"
+            )
+    return [
+        Setting(float(t), int(s)) for t in sorted(set(thresholds)) for s in sorted(set(file_sizes))
+    ]
+
+
+def sweep(
+    spark: SparkSession,
+    recording: str,
+    grid: list[Setting],
+    pass_every: int = DEFAULT_PASS_EVERY,
+) -> DataFrame:
+    """A row per setting (``FIELDS``), by threshold then file size. The
+    recording is checked on the driver first: a store that is not a whole
+    journal is refused before any task starts."""
+    whole_journal(recording)
+    if pass_every <= 0:
+        raise ValueError(f"pass_every is a number of records > 0, not {pass_every}")
+    frame = spark.createDataFrame(
+        [(s.compaction_threshold, s.max_file_size) for s in grid],
+        "compaction_threshold DOUBLE, max_file_size BIGINT",
+    )
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pandas as pd
+
+        for batch in batches:
+            results = [
+                replay(recording, Setting(t, int(size)), pass_every).as_dict()
+                for t, size in zip(
+                    batch["compaction_threshold"], batch["max_file_size"], strict=True
+                )
+            ]
+            if results:
+                yield pd.DataFrame(results, columns=FIELDS)
+
+    return (
+        frame.repartition(len(grid))
+        .mapInPandas(run, RESULT_SCHEMA)
+        .orderBy("compaction_threshold", "max_file_size")
+    )

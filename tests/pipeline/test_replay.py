@@ -1,0 +1,98 @@
+"""Replays of a recorded workload: faithful to the recording, the same every
+time, and honest about what they could not replay."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import msgcask
+from msgcask.pipeline.replay import Setting, replay, whole_journal
+
+SMALL = 2**16
+RECORDING = {"max_file_size": SMALL, "compaction_interval": None, "keep_data_files": True}
+
+
+def record(path: Path, messages: int) -> int:
+    """dlq-heavy with redeliveries and priorities, kept whole; returns the
+    recording's live bytes (the index's count, after reopen)."""
+    with msgcask.open(path, **RECORDING) as store:
+        orders = store.queue("orders", max_deliveries=2)
+        for i in range(messages):
+            orders.put(b"o" * (100 + i % 400), headers={"n": str(i)}, priority=i % 3)
+            message = orders.get(block=False)
+            if i % 50 == 7:
+                orders.nack(message)  # count 1: back in the queue
+                orders.nack(orders.get(block=False))  # count 2: dead-lettered
+            elif i % 40 == 3:
+                orders.nack(message)  # left in the queue with a delivery count
+            else:
+                orders.ack(message)
+    with msgcask.open(path, **RECORDING) as store:
+        return store.stats().live_bytes
+
+
+def test_a_replay_ends_with_the_recordings_live_data(tmp_path: Path, scaled: Any) -> None:
+    live = record(tmp_path / "rec", scaled(1500))
+    result = replay(str(tmp_path / "rec"), Setting(0.5, SMALL), pass_every=500)
+    assert result.final_live_bytes == live > 0
+    assert (result.gets_out_of_order, result.acks_not_replayed) == (0, 0)
+    assert result.passes >= 3 * scaled(1500) // 500 - 1  # one per pass_every records, and a last
+    assert result.final_data_bytes < result.max_data_bytes  # passes brought disk down
+    assert 1.0 <= result.write_amplification < 2.0
+
+
+def test_the_same_setting_gives_the_same_figures(tmp_path: Path) -> None:
+    record(tmp_path / "rec", 800)
+    runs = [replay(str(tmp_path / "rec"), Setting(0.6, SMALL), pass_every=300) for _ in range(2)]
+    first, second = (r.as_dict() for r in runs)
+    first.pop("seconds"), second.pop("seconds")
+    assert first == second
+
+
+def test_settings_change_the_figures(tmp_path: Path) -> None:
+    record(tmp_path / "rec", 1500)
+    small = replay(str(tmp_path / "rec"), Setting(0.5, SMALL), pass_every=500)
+    big = replay(str(tmp_path / "rec"), Setting(0.5, 4 * SMALL), pass_every=500)
+    assert small.final_live_bytes == big.final_live_bytes
+    assert small.max_data_bytes != big.max_data_bytes
+
+
+def test_what_cannot_be_replayed_is_counted(tmp_path: Path) -> None:
+    """A consumer with a selector skipped messages, and a purge acked messages
+    never delivered: neither is in the journal as such."""
+    with msgcask.open(tmp_path / "rec", **RECORDING) as store:
+        queue = store.queue("q")
+        for i in range(30):
+            queue.put(b"m", headers={"kind": "odd" if i % 2 else "even"})
+        for _ in range(10):
+            queue.ack(queue.get(block=False, selector=lambda h: h["kind"] == "odd"))
+        assert store.queue("q").purge() == 20
+    result = replay(str(tmp_path / "rec"), Setting(0.5, SMALL))
+    # The replay's plain gets take messages 1, 2, 3, ... where the recording took 2, 4, 6, ...
+    assert result.gets_out_of_order == 10
+    assert result.acks_not_replayed == 20
+
+
+@pytest.mark.parametrize("gap", ["a deleted file", "a compacted file"])
+def test_a_recording_that_is_not_a_whole_journal_is_refused(tmp_path: Path, gap: str) -> None:
+    path = tmp_path / "rec"
+    record(path, 600)
+    if gap == "a deleted file":
+        (path / "0000000002.log").unlink()
+        match = "data file 2 is missing"
+    else:
+        shutil.copytree(path, tmp_path / "copy")
+        with msgcask.open(tmp_path / "copy", max_file_size=SMALL, compaction_interval=None) as s:
+            s.compact(threshold=1.0)
+        path = tmp_path / "copy"
+        match = "is compacted"
+    with pytest.raises(msgcask.Error, match=f"not a whole journal .*{match}.*keep_data_files=True"):
+        whole_journal(str(path))
+    with pytest.raises(msgcask.Error, match="not a whole journal"):
+        replay(str(path), Setting(0.5, SMALL))
+    with pytest.raises(ValueError, match="pass_every"):
+        replay(str(tmp_path / "rec"), Setting(0.5, SMALL), pass_every=0)
