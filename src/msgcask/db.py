@@ -220,6 +220,7 @@ class Store:
         compaction_budget: int = 64 * 2**20,
         keep_data_files: bool = False,
         _fs: FileSystem | None = None,
+        _clock: Callable[[], float] | None = None,
     ):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
@@ -243,6 +244,9 @@ class Store:
             raise ValueError("path must not be empty: pass the store's directory")
         self.path = fspath
         self._fs = _fs or FileSystem()
+        # Where data files' creation times (and so their ages, which compaction
+        # weighs) come from; a replay passes a clock counted in records.
+        self._clock = _clock or time.time
         self._closed = True
         self._forked_from: int | None = None  # the opener's pid, in a forked child
         self._selecting: int | None = None  # the thread running a get's selector
@@ -291,7 +295,7 @@ class Store:
     def _open(self) -> None:
         files: OpenedFiles = open_data_files(self._fs, self.path)
         try:
-            recovery = Recovery(self._fs, self.path, files)
+            recovery = Recovery(self._fs, self.path, files, self._clock)
             env, catalog = recovery.run()
         except BaseException:
             for handle in files.handles.values():
@@ -408,7 +412,7 @@ class Store:
                 file_id,
                 fmt.KIND_JOURNAL,
                 size=handle.size,
-                created=time.time(),
+                created=self._clock(),
                 id_floor=self._next_id,  # what its header says
             )
         )

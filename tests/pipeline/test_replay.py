@@ -53,6 +53,30 @@ def test_the_same_setting_gives_the_same_figures(tmp_path: Path) -> None:
     assert first == second
 
 
+def test_the_wall_clock_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compaction weighs files by age: a replay dates them in records, so a
+    slow or jumpy wall clock (a busy machine) cannot change which it rewrites."""
+    import random
+    import time
+
+    with msgcask.open(tmp_path / "rec", **RECORDING) as store:
+        queue = store.queue("q")
+        for i in range(3000):
+            queue.put(bytes(1000))
+            message = queue.get(block=False)
+            if i % (2 + (i // 64) % 5):  # files a half to a sixth live: victims to choose from
+                queue.ack(message)
+    setting = Setting(0.7, SMALL)
+    steady = replay(str(tmp_path / "rec"), setting, pass_every=2000).as_dict()
+    wall = time.time
+    jitter = random.Random(7)
+    monkeypatch.setattr(time, "time", lambda: wall() + jitter.uniform(0, 1000))
+    jumpy = replay(str(tmp_path / "rec"), setting, pass_every=2000).as_dict()
+    steady.pop("seconds"), jumpy.pop("seconds")
+    assert steady == jumpy
+    assert steady["files_rewritten"] > 5
+
+
 def test_settings_change_the_figures(tmp_path: Path) -> None:
     record(tmp_path / "rec", 1500)
     small = replay(str(tmp_path / "rec"), Setting(0.5, SMALL), pass_every=500)
@@ -96,3 +120,37 @@ def test_a_recording_that_is_not_a_whole_journal_is_refused(tmp_path: Path, gap:
         replay(str(path), Setting(0.5, SMALL))
     with pytest.raises(ValueError, match="pass_every"):
         replay(str(tmp_path / "rec"), Setting(0.5, SMALL), pass_every=0)
+
+
+def test_a_file_size_too_small_for_a_recorded_message_is_refused(tmp_path: Path) -> None:
+    from msgcask.pipeline.sweep import check_recording
+
+    with msgcask.open(
+        tmp_path, max_file_size=2**20, compaction_interval=None, keep_data_files=True
+    ) as s:
+        s.queue("q").put(bytes(200_000))
+    with pytest.raises(ValueError, match=r"cannot hold a recorded message.*at least 200"):
+        replay(str(tmp_path), Setting(0.5, SMALL))
+    with pytest.raises(ValueError, match="cannot hold the recording's largest message"):
+        check_recording(str(tmp_path), [Setting(0.5, 2**20), Setting(0.5, SMALL)])
+    check_recording(str(tmp_path), [Setting(0.5, 2**20)])  # fits: no error
+
+
+def test_damaged_records_are_counted(tmp_path: Path, data_files: Any) -> None:
+    record(tmp_path, 600)
+    victim = data_files(tmp_path)[1]
+    raw = bytearray(victim.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    victim.write_bytes(bytes(raw))
+    result = replay(str(tmp_path), Setting(0.5, SMALL), pass_every=300)
+    assert result.damaged_records == 1
+
+
+def test_the_inspection_commands_open_a_store_that_deletes_nothing(tmp_path: Path) -> None:
+    from msgcask.cli.main import _open
+
+    record(tmp_path, 100)
+    with _open(str(tmp_path)) as store:
+        assert store.options.keep_data_files
+    with _open(str(tmp_path), look_only=False) as store:  # compact's
+        assert not store.options.keep_data_files

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import msgcask
-from conftest import data_files, make_sparse
 from msgcask.pipeline.files import list_data_files
 from msgcask.pipeline.rows import COLUMNS, file_rows
 from msgcask.store import codec
@@ -55,7 +55,9 @@ def fill(path: Path) -> None:
                 work.ack(message)
 
 
-def test_rows_give_exactly_the_live_messages_and_their_contents(tmp_path: Path) -> None:
+def test_rows_give_exactly_the_live_messages_and_their_contents(
+    tmp_path: Path, data_files: Any
+) -> None:
     fill(tmp_path)
     rows = all_rows(tmp_path, payload=True)
     assert all(len(r) == len(COLUMNS) for r in rows)
@@ -82,7 +84,9 @@ def test_without_payload_there_is_no_body_column(tmp_path: Path) -> None:
     assert sorted(live_from_rows(rows)) == sorted(live_from_store(tmp_path))
 
 
-def test_a_damaged_record_is_a_damage_row_and_the_rest_are_read(tmp_path: Path) -> None:
+def test_a_damaged_record_is_a_damage_row_and_the_rest_are_read(
+    tmp_path: Path, data_files: Any
+) -> None:
     fill(tmp_path)
     victim = data_files(tmp_path)[0]
     before = [r for r in all_rows(tmp_path) if r[FIELD["file_id"]] == 1]
@@ -99,7 +103,9 @@ def test_a_damaged_record_is_a_damage_row_and_the_rest_are_read(tmp_path: Path) 
     assert len(after) == len(before)  # the record's row became the damage row
 
 
-def test_a_file_with_a_bad_header_still_has_its_records_read(tmp_path: Path) -> None:
+def test_a_file_with_a_bad_header_still_has_its_records_read(
+    tmp_path: Path, data_files: Any
+) -> None:
     fill(tmp_path)
     victim = data_files(tmp_path)[1]
     raw = bytearray(victim.read_bytes())
@@ -112,7 +118,7 @@ def test_a_file_with_a_bad_header_still_has_its_records_read(tmp_path: Path) -> 
     assert sum(r[FIELD["type"]] == "put" for r in rows) > 10
 
 
-def compacted_store(path: Path, before: Path) -> tuple[int, list[int]]:
+def compacted_store(path: Path, before: Path, make_sparse: Any) -> tuple[int, list[int]]:
     """A store whose one compaction rewrote several files; ``before`` keeps a
     copy of the directory from just before it. Returns the compacted file's id
     and its victims."""
@@ -130,11 +136,13 @@ def compacted_store(path: Path, before: Path) -> tuple[int, list[int]]:
 
 
 @pytest.mark.parametrize("restored", ["one victim", "every victim"])
-def test_files_a_compaction_made_redundant_do_not_count(tmp_path: Path, restored: str) -> None:
+def test_files_a_compaction_made_redundant_do_not_count(
+    tmp_path: Path, restored: str, make_sparse: Any
+) -> None:
     """As if the pass had deleted fewer files (one victim back) or none (every
     victim back) before a crash: the rows leave out what recovery removes."""
     store, before = tmp_path / "store", tmp_path / "before"
-    copy_id, victims = compacted_store(store, before)
+    copy_id, victims = compacted_store(store, before, make_sparse)
     back = victims[:1] if restored == "one victim" else victims
     for victim in back:
         name = f"{victim:010d}.log"
@@ -183,7 +191,7 @@ def test_a_relative_store_path_gives_absolute_file_paths(
     assert files and all(Path(f.path).is_absolute() and Path(f.path).exists() for f in files)
 
 
-def test_a_copied_data_file_is_refused_not_counted_twice(tmp_path: Path) -> None:
+def test_a_copied_data_file_is_refused_not_counted_twice(tmp_path: Path, data_files: Any) -> None:
     fill(tmp_path)
     shutil.copy(data_files(tmp_path)[1], tmp_path / "0000000099.log")
     with pytest.raises(msgcask.Error, match="header names file 2; the file was renamed or copied"):
@@ -197,7 +205,9 @@ def test_a_directory_named_like_a_data_file_is_a_clear_error(tmp_path: Path) -> 
         list_data_files(str(tmp_path))
 
 
-def test_a_file_compaction_deletes_before_it_is_read_fails_the_read(tmp_path: Path) -> None:
+def test_a_file_compaction_deletes_before_it_is_read_fails_the_read(
+    tmp_path: Path, make_sparse: Any
+) -> None:
     """Its records moved to a file the snapshot does not have: skipping it would
     drop live messages from the count."""
     with msgcask.open(tmp_path, max_file_size=SMALL, compaction_interval=None) as store:

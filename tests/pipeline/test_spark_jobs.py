@@ -186,6 +186,14 @@ def test_the_sweep_command(spark: Any, tmp_path: Path) -> None:
         assert result.exit_code == 2 and says in result.output, result.output
     result = runner.invoke(main, [*base, "--file-sizes", "1000"])
     assert result.exit_code == 2 and "max_file_size must be" in result.output
+    result = runner.invoke(main, [*base, "--json", str(tmp_path / "nowhere" / "s.json")])
+    assert result.exit_code == 2 and "its directory does not exist" in result.output
+    with msgcask.open(
+        rec, max_file_size=2**20, compaction_interval=None, keep_data_files=True
+    ) as s:
+        s.queue("big").put(bytes(100_000))
+    result = runner.invoke(main, [*base, "--file-sizes", "65536"])
+    assert result.exit_code == 2 and "cannot hold the recording's largest message" in result.output
     (rec / "0000000001.log").unlink()
     result = runner.invoke(main, base)
     assert result.exit_code == 1 and "not a whole journal" in result.output

@@ -61,10 +61,16 @@ def _require_store(path: str) -> None:
         )
 
 
-def _open(path: str, max_file_size: int | None = None) -> msgcask.Store:
+def _open(path: str, max_file_size: int | None = None, *, look_only: bool = True) -> msgcask.Store:
+    """Open the store with its background compaction off. ``look_only`` (all
+    but ``compact``): nothing is deleted either (``keep_data_files``), so a look
+    never changes which files a store has, a recording's whole journal among them."""
     _require_store(path)
     return msgcask.open(
-        path, compaction_interval=None, max_file_size=max_file_size or _guess_file_size(path)
+        path,
+        compaction_interval=None,
+        max_file_size=max_file_size or _guess_file_size(path),
+        keep_data_files=look_only,
     )
 
 
@@ -172,7 +178,7 @@ def compact(path: str, threshold: float | None, max_file_size: int | None) -> No
     """Run one compaction pass and report it."""
     if threshold is not None and math.isnan(threshold):
         raise click.BadParameter("must be a number in (0, 1], not nan", param_hint="--threshold")
-    with _open(path, max_file_size) as store:
+    with _open(path, max_file_size, look_only=False) as store:
         before = store.stats().data_bytes
         report = store.compact(threshold=threshold)
         after = store.stats().data_bytes

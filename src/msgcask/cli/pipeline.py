@@ -16,7 +16,7 @@ import click
 
 from msgcask.errors import Error
 from msgcask.pipeline.files import list_data_files
-from msgcask.pipeline.replay import DEFAULT_PASS_EVERY, whole_journal
+from msgcask.pipeline.replay import DEFAULT_PASS_EVERY
 from msgcask.pipeline.session import DEFAULT_MASTER, QUIET_CONF, spark_session
 
 MASTER = click.option(
@@ -41,6 +41,12 @@ def _spark(master: str):  # type: ignore[no-untyped-def]
     return spark
 
 
+def _check_json_out(json_out: str | None) -> None:
+    """Before the job: a report that cannot be written is better refused now."""
+    if json_out and not os.path.isdir(os.path.dirname(os.path.abspath(json_out))):
+        raise click.BadParameter(f"{json_out}: its directory does not exist", param_hint="--json")
+
+
 @click.group()
 def pipeline() -> None:
     """Spark jobs over a store's data files: audit, export dead letters, sweep
@@ -62,8 +68,7 @@ def audit(path: str, master: str, json_out: str | None, rows: int) -> None:
     from msgcask.pipeline.audit import audit as run_audit
 
     list_data_files(path)
-    if json_out and not os.path.isdir(os.path.dirname(os.path.abspath(json_out))):
-        raise click.BadParameter(f"{json_out}: its directory does not exist", param_hint="--json")
+    _check_json_out(json_out)
     result = run_audit(_spark(master), path)
     files = [r.asDict() for r in result.files.collect()]
     by_queue: dict[int, list[str]] = {}
@@ -138,7 +143,8 @@ def _numbers(kind: type, text: str) -> list[Any]:
     try:
         return [kind(part) for part in text.split(",") if part.strip()]
     except ValueError as e:
-        raise click.BadParameter(f"a comma-separated list of numbers, not {text!r}") from e
+        kind_name = "whole numbers" if kind is int else "numbers"
+        raise click.BadParameter(f"a comma-separated list of {kind_name}, not {text!r}") from e
 
 
 @pipeline.command()
@@ -176,14 +182,18 @@ def sweep(
 ) -> None:
     """Replay the workload recorded in RECORDING (a store written with
     keep_data_files=True) under every pair of settings, one Spark task each."""
-    from msgcask.pipeline.sweep import settings
+    from msgcask.pipeline.sweep import check_recording, settings
     from msgcask.pipeline.sweep import sweep as run_sweep
 
     try:
         grid = settings(_numbers(float, thresholds), _numbers(int, file_sizes))
     except (TypeError, ValueError) as e:
         raise click.BadParameter(str(e)) from e
-    whole_journal(recording)
+    _check_json_out(json_out)
+    try:
+        check_recording(recording, grid)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--file-sizes") from e
     rows = [r.asDict() for r in run_sweep(_spark(master), recording, grid, pass_every).collect()]
     click.echo(
         f"{'threshold':>9} {'file size':>10} {'max disk/live':>13} {'final':>6} "
@@ -196,15 +206,25 @@ def sweep(
             f"{r['write_amplification']:>9.3f} {r['passes']:>6} {r['files_rewritten']:>9} "
             f"{r['bytes_copied']:>10} {r['seconds']:>7.1f}"
         )
-    unfaithful = [r for r in rows if r["gets_out_of_order"] or r["acks_not_replayed"]]
+    unfaithful = [
+        r for r in rows if r["gets_out_of_order"] or r["acks_not_replayed"] or r["damaged_records"]
+    ]
     if unfaithful:
         r = unfaithful[0]
         click.echo(
             f"note: the replay differs from the recording: {r['gets_out_of_order']} gets "
             f"returned another message, {r['acks_not_replayed']} acks of undelivered messages "
-            "were not replayed (see docs/pipeline.md)"
+            f"were not replayed, {r['damaged_records']} damaged records were skipped "
+            "(see docs/pipeline.md)"
         )
-    click.echo(f"{rows[0]['records'] if rows else 0} records replayed per setting")
+    counts = sorted({r["records"] for r in rows})
+    if len(counts) == 1:
+        click.echo(f"{counts[0]} records replayed per setting")
+    else:
+        click.echo(
+            f"note: the settings replayed {counts[0]} to {counts[-1]} records: the recording "
+            "was written to while the sweep ran; sweep a closed recording"
+        )
     if json_out:
         with open(json_out, "w") as out:
             json.dump({"recording": os.path.abspath(recording), "rows": rows}, out, indent=1)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -158,7 +157,7 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
                     out_id,
                     fmt.KIND_COMPACTED,
                     size=out.size,
-                    created=time.time(),
+                    created=store._clock(),
                     id_floor=id_floor,  # as in its header, as a rebuild reads it
                 )
             )

@@ -53,7 +53,7 @@ class Compactor:
 
     def _views(self) -> list[policy.FileView]:
         store = self._store
-        now = time.time()
+        now = store._clock()
         head = store._journal.head_id
         return [
             _view(a, max(now - a.created, 0.0), a.file_id == head)

@@ -11,10 +11,13 @@ the same passes (a schedule in seconds would depend on how fast each replay ran)
 Bodies are replayed as zero bytes of the recorded size, with the recorded
 queue, priority and headers. A delivery is replayed as a ``get`` of the
 message's queue (after a ``nack`` if the recording delivered it again); a get
-that returns another message than the recorded one (the recording's consumer
-used a selector, say) is counted, and the replay goes on with the message it
-got. An ack of a message the recording never delivered (``purge``,
-``delete_queue``) cannot be replayed, and is counted too.
+that returns another message than the recorded one is counted, and the replay
+goes on with the message it got (the recording's consumer used a selector, or
+a transaction's puts were written after later puts: a transaction takes its
+ids when ``put`` is called and writes them when it commits, and the replay can
+only number puts in the order they were written). An ack of a message the
+recording never delivered (``purge``, ``delete_queue``) cannot be replayed,
+and damaged records cannot be read: both are counted too.
 """
 
 from __future__ import annotations
@@ -26,14 +29,20 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import msgcask
-from msgcask.errors import Error
+from msgcask.errors import Error, MessageTooLargeError
+from msgcask.options import MAX_SYNC_INTERVAL
 from msgcask.pipeline.files import DataFileInfo, list_data_files
 from msgcask.pipeline.rows import COLUMNS, file_rows
+from msgcask.store import format as fmt
 
 _AT = {name: i for i, (name, _) in enumerate(COLUMNS)}
-_TYPE, _MSG_ID, _QUEUE = _AT["type"], _AT["msg_id"], _AT["queue"]
+_TYPE, _MSG_ID, _QUEUE, _SIZE = _AT["type"], _AT["msg_id"], _AT["queue"], _AT["size"]
 _PRIORITY, _HEADERS, _BODY_SIZE = _AT["priority"], _AT["headers"], _AT["body_size"]
 DEFAULT_PASS_EVERY = 10_000
+# Records between two deletions of the files that hold nothing needed (a store
+# deletes them every sync_interval: 1,000 records is about 0.1 s at the rates
+# of docs/benchmarks.md).
+RECLAIM_EVERY = 1000
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,7 @@ class ReplayResult:
     bytes_copied: int
     gets_out_of_order: int
     acks_not_replayed: int
+    damaged_records: int
     seconds: float
 
     def as_dict(self) -> dict[str, Any]:
@@ -79,7 +89,7 @@ def whole_journal(recording: str) -> list[DataFileInfo]:
         what = (
             f"data file {other[0].file_id} is {other[0].kind}"
             if other
-            else f"data file {missing[0]} is missing (deleted by compaction)"
+            else f"data file {missing[0]} is missing: deleted, or never made (its creation failed)"
         )
         raise Error(
             f"{recording} is not a whole journal ({what}), so it does not hold the whole "
@@ -96,11 +106,18 @@ def replay(
     workdir: str | None = None,
 ) -> ReplayResult:
     """Replay the workload recorded at ``recording`` on a new store (in a
-    temporary directory under ``workdir``, removed afterwards) with ``setting``."""
-    if pass_every <= 0:
-        raise ValueError(f"pass_every is a number of records > 0, not {pass_every}")
+    temporary directory under ``workdir``, removed afterwards) with ``setting``.
+
+    The same recording and setting give the same figures (but ``seconds``):
+    the store's clock, which dates its data files for compaction's choice of
+    victims by age, counts replayed records, and nothing runs in the
+    background: files that hold nothing needed are deleted every
+    ``RECLAIM_EVERY`` records, not every ``sync_interval`` of the wall clock."""
+    if isinstance(pass_every, bool) or not isinstance(pass_every, int) or pass_every <= 0:
+        raise ValueError(f"pass_every is a whole number of records > 0, not {pass_every!r}")
     files = whole_journal(recording)
     target = tempfile.mkdtemp(prefix="msgcask-replay-", dir=workdir)
+    state = _Replay(setting, pass_every)
     try:
         with msgcask.open(
             target,
@@ -108,15 +125,30 @@ def replay(
             compaction_threshold=setting.compaction_threshold,
             compaction_interval=None,
             sync="never",  # what is measured is disk use, not durability
+            sync_interval=MAX_SYNC_INTERVAL,
+            _clock=state.clock,
         ) as store:
-            return _Replay(store, setting, pass_every).run(files)
+            return state.run(store, files)
+    except MessageTooLargeError as e:
+        raise ValueError(
+            f"max_file_size {setting.max_file_size} cannot hold a recorded message ({e}); "
+            f"sweep file sizes of at least {largest_put(files) + fmt.FILE_HEADER_SIZE} bytes"
+        ) from None
     finally:
         shutil.rmtree(target, ignore_errors=True)
 
 
+def largest_put(files: list[DataFileInfo]) -> int:
+    """The largest PUT record of the recording, in bytes (0 if none)."""
+    return max(
+        (row[_SIZE] for info in files for row in file_rows(info, False) if row[_TYPE] == "put"),
+        default=0,
+    )
+
+
 class _Replay:
-    def __init__(self, store: msgcask.Store, setting: Setting, pass_every: int) -> None:
-        self.store = store
+    def __init__(self, setting: Setting, pass_every: int) -> None:
+        self.store: msgcask.Store
         self.setting = setting
         self.pass_every = pass_every
         self.queues: dict[str, msgcask.Queue] = {}
@@ -124,11 +156,16 @@ class _Replay:
         self.recorded_id: dict[int, int] = {}  # the replay's id -> the recorded one
         self.delivered: dict[int, msgcask.Message] = {}  # recorded id -> the replay's message
         self.bodies: dict[int, bytes] = {}
-        self.out_of_order = self.not_replayed = self.records = 0
+        self.out_of_order = self.not_replayed = self.damaged = self.records = 0
         self.max_data = 0
         self.max_ratio = 0.0
 
-    def run(self, files: list[DataFileInfo]) -> ReplayResult:
+    def clock(self) -> float:
+        """The replay's time: records replayed so far."""
+        return float(self.records)
+
+    def run(self, store: msgcask.Store, files: list[DataFileInfo]) -> ReplayResult:
+        self.store = store
         started = time.perf_counter()
         for info in files:
             for row in file_rows(info, payload=False):
@@ -140,10 +177,15 @@ class _Replay:
                 elif kind == "ack":
                     self._ack(row[_MSG_ID])
                 else:
-                    continue  # file rows, and damage: nothing to replay
+                    self.damaged += kind == "damage"
+                    continue  # the file row, a MANIFEST (none in a journal), damage
                 self.records += 1
                 if self.records % self.pass_every == 0:
                     self._pass()
+                elif self.records % RECLAIM_EVERY == 0:
+                    # What the background loop does every sync_interval, on the
+                    # replay's own clock.
+                    store._compactor.reclaim_emptied()
         final = self._pass()
         live = final.live_bytes + final.needed_bytes
         return ReplayResult(
@@ -161,6 +203,7 @@ class _Replay:
             final.compaction.bytes_copied,
             self.out_of_order,
             self.not_replayed,
+            self.damaged,
             time.perf_counter() - started,
         )
 
@@ -181,8 +224,9 @@ class _Replay:
 
     def _deliver(self, recorded: int) -> None:
         name = self.queue_of.get(recorded)
-        if name is None:
-            return  # its PUT record was damaged in the recording
+        if name is None:  # its PUT record was damaged in the recording
+            self.out_of_order += 1
+            return
         queue = self._queue(name)
         again = self.delivered.pop(recorded, None)
         if again is not None:

@@ -13,9 +13,11 @@ from msgcask.pipeline.replay import (
     DEFAULT_PASS_EVERY,
     ReplayResult,
     Setting,
+    largest_put,
     replay,
     whole_journal,
 )
+from msgcask.store.format import FILE_HEADER_SIZE
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -34,6 +36,8 @@ def settings(thresholds: list[float], file_sizes: list[int]) -> list[Setting]:
     for t in thresholds:
         check_threshold("compaction_threshold", t)
     for size in file_sizes:
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise TypeError(f"max_file_size is a whole number of bytes, not {size!r}")
         if not MIN_FILE_SIZE <= size <= MAX_FILE_SIZE_LIMIT:
             raise ValueError(
                 f"max_file_size must be {MIN_FILE_SIZE} to {MAX_FILE_SIZE_LIMIT} bytes, got {size}"
@@ -43,6 +47,22 @@ def settings(thresholds: list[float], file_sizes: list[int]) -> list[Setting]:
     ]
 
 
+def check_recording(recording: str, grid: list[Setting]) -> None:
+    """Refuse, before any replay starts, a recording that is not a whole
+    journal (``msgcask.Error``) and a grid that is empty or has a file size too
+    small for a recorded message (``ValueError``)."""
+    if not grid:
+        raise ValueError("a sweep needs at least one setting")
+    largest = largest_put(whole_journal(recording))
+    too_small = [s.max_file_size for s in grid if largest + FILE_HEADER_SIZE > s.max_file_size]
+    if too_small:
+        raise ValueError(
+            f"max_file_size {min(too_small)} cannot hold the recording's largest message "
+            f"({largest} bytes as a record): sweep file sizes of at least "
+            f"{largest + FILE_HEADER_SIZE} bytes"
+        )
+
+
 def sweep(
     spark: SparkSession,
     recording: str,
@@ -50,11 +70,12 @@ def sweep(
     pass_every: int = DEFAULT_PASS_EVERY,
 ) -> DataFrame:
     """A row per setting (``FIELDS``), by threshold then file size. The
-    recording is checked on the driver first: a store that is not a whole
-    journal is refused before any task starts."""
-    whole_journal(recording)
-    if pass_every <= 0:
-        raise ValueError(f"pass_every is a number of records > 0, not {pass_every}")
+    recording and the grid are checked on the driver first
+    (``check_recording``), before any task starts. Replay a recording nothing
+    writes any more: each task reads it when it runs."""
+    if isinstance(pass_every, bool) or not isinstance(pass_every, int) or pass_every <= 0:
+        raise ValueError(f"pass_every is a whole number of records > 0, not {pass_every!r}")
+    check_recording(recording, grid)
     frame = spark.createDataFrame(
         [(s.compaction_threshold, s.max_file_size) for s in grid],
         "compaction_threshold DOUBLE, max_file_size BIGINT",

@@ -26,6 +26,7 @@ import logging
 import os
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import lmdb
@@ -184,8 +185,15 @@ def _torn_creation(handle: DataFile, raw: bytes, file_id: int, names: list[str])
 class Recovery:
     """Brings the index in line with the data files (see the module docstring)."""
 
-    def __init__(self, fs: FileSystem, directory: str, files: OpenedFiles):
+    def __init__(
+        self,
+        fs: FileSystem,
+        directory: str,
+        files: OpenedFiles,
+        clock: Callable[[], float] = time.time,
+    ):
         self.fs = fs
+        self.clock = clock  # what data files' creation times are read from
         self.directory = directory
         self.files = files
         self.report = RecoveryReport()
@@ -286,7 +294,7 @@ class Recovery:
                     file_id,
                     fmt.KIND_JOURNAL,
                     size=on_disk[file_id].size,
-                    created=time.time(),
+                    created=self.clock(),
                     id_floor=self.files.headers[file_id].id_floor,
                 )
             )
@@ -339,7 +347,7 @@ class Recovery:
                     file_id,
                     header.kind,
                     size=self.files.handles[file_id].size,
-                    created=time.time(),
+                    created=self.clock(),
                     id_floor=header.id_floor,
                 )
             )
