@@ -3,10 +3,10 @@
 The recording is a store's own journal, kept whole: a store opened with
 ``keep_data_files=True`` (and so ``compaction_interval=None``) never deletes a
 data file, so its journal files, from the first, hold every put, delivery and
-ack in the order they happened. A replay
-applies them in that order to a new store in one thread and runs a compaction
-pass every ``pass_every`` records, so two settings see the same workload and
-the same passes (a schedule in seconds would depend on how fast each replay ran).
+ack in the order they happened. A replay applies them in that order to a new
+store in one thread and runs a compaction pass every ``pass_every`` records, so
+two settings see the same workload and the same passes (a schedule in seconds
+would depend on how fast each replay ran).
 
 Bodies are replayed as zero bytes of the recorded size, with the recorded
 queue, priority and headers. A delivery is replayed as a ``get`` of the
@@ -113,8 +113,7 @@ def replay(
     victims by age, counts replayed records, and nothing runs in the
     background: files that hold nothing needed are deleted every
     ``RECLAIM_EVERY`` records, not every ``sync_interval`` of the wall clock."""
-    if isinstance(pass_every, bool) or not isinstance(pass_every, int) or pass_every <= 0:
-        raise ValueError(f"pass_every is a whole number of records > 0, not {pass_every!r}")
+    check_pass_every(pass_every)
     files = whole_journal(recording)
     target = tempfile.mkdtemp(prefix="msgcask-replay-", dir=workdir)
     state = _Replay(setting, pass_every)
@@ -136,6 +135,11 @@ def replay(
         ) from None
     finally:
         shutil.rmtree(target, ignore_errors=True)
+
+
+def check_pass_every(pass_every: int) -> None:
+    if isinstance(pass_every, bool) or not isinstance(pass_every, int) or pass_every <= 0:
+        raise ValueError(f"pass_every is a whole number of records > 0, not {pass_every!r}")
 
 
 def largest_put(files: list[DataFileInfo]) -> int:

@@ -13,6 +13,7 @@ from msgcask.pipeline.replay import (
     DEFAULT_PASS_EVERY,
     ReplayResult,
     Setting,
+    check_pass_every,
     largest_put,
     replay,
     whole_journal,
@@ -73,8 +74,7 @@ def sweep(
     recording and the grid are checked on the driver first
     (``check_recording``), before any task starts. Replay a recording nothing
     writes any more: each task reads it when it runs."""
-    if isinstance(pass_every, bool) or not isinstance(pass_every, int) or pass_every <= 0:
-        raise ValueError(f"pass_every is a whole number of records > 0, not {pass_every!r}")
+    check_pass_every(pass_every)
     check_recording(recording, grid)
     frame = spark.createDataFrame(
         [(s.compaction_threshold, s.max_file_size) for s in grid],
