@@ -63,8 +63,9 @@ def _require_store(path: str) -> None:
 
 def _open(path: str, max_file_size: int | None = None, *, look_only: bool = True) -> msgcask.Store:
     """Open the store with its background compaction off. ``look_only`` (all
-    but ``compact``): nothing is deleted either (``keep_data_files``), so a look
-    never changes which files a store has, a recording's whole journal among them."""
+    but ``compact``): emptied files are not deleted either (``keep_data_files``),
+    so a look keeps a recording's whole journal; recovery still removes what a
+    crash left unfinished, such as an interrupted pass's copy."""
     _require_store(path)
     return msgcask.open(
         path,

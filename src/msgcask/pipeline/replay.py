@@ -112,7 +112,8 @@ def replay(
     the store's clock, which dates its data files for compaction's choice of
     victims by age, counts replayed records, and nothing runs in the
     background: files that hold nothing needed are deleted every
-    ``RECLAIM_EVERY`` records, not every ``sync_interval`` of the wall clock."""
+    ``RECLAIM_EVERY`` records, not every ``sync_interval`` of the wall clock
+    (which is an hour here: a replay longer than that is not repeatable)."""
     check_pass_every(pass_every)
     files = whole_journal(recording)
     target = tempfile.mkdtemp(prefix="msgcask-replay-", dir=workdir)
