@@ -12,12 +12,12 @@ import pytest
 
 import msgcask
 from msgcask.pipeline.files import list_data_files
-from msgcask.pipeline.rows import COLUMNS, file_rows
+from msgcask.pipeline.rows import AT, COLUMNS, file_rows
 from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.manifest_rule import redundant_files
 
-FIELD = {name: i for i, (name, _) in enumerate(COLUMNS)}
+FIELD = AT
 SMALL = 2**16
 
 

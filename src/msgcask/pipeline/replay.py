@@ -32,12 +32,11 @@ import msgcask
 from msgcask.errors import Error, MessageTooLargeError
 from msgcask.options import MAX_SYNC_INTERVAL
 from msgcask.pipeline.files import DataFileInfo, list_data_files
-from msgcask.pipeline.rows import COLUMNS, file_rows
+from msgcask.pipeline.rows import AT, file_rows
 from msgcask.store import format as fmt
 
-_AT = {name: i for i, (name, _) in enumerate(COLUMNS)}
-_TYPE, _MSG_ID, _QUEUE, _SIZE = _AT["type"], _AT["msg_id"], _AT["queue"], _AT["size"]
-_PRIORITY, _HEADERS, _BODY_SIZE = _AT["priority"], _AT["headers"], _AT["body_size"]
+_TYPE, _MSG_ID, _QUEUE, _SIZE = AT["type"], AT["msg_id"], AT["queue"], AT["size"]
+_PRIORITY, _HEADERS, _BODY_SIZE = AT["priority"], AT["headers"], AT["body_size"]
 DEFAULT_PASS_EVERY = 10_000
 # Records between two deletions of the files that hold nothing needed (a store
 # deletes them every sync_interval: 1,000 records is about 0.1 s at the rates

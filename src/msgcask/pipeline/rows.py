@@ -38,6 +38,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("body", "BINARY"),  # put, with the payload option only
 )
 BODY = "body"
+AT = {name: i for i, (name, _) in enumerate(COLUMNS)}  # a column's place in a row
 TYPE_NAMES = {
     fmt.TYPE_PUT: "put",
     fmt.TYPE_ACK: "ack",

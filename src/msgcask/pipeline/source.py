@@ -20,13 +20,12 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from msgcask.pipeline.files import DataFileInfo, list_data_files
-from msgcask.pipeline.rows import BODY, COLUMNS, file_rows, schema
+from msgcask.pipeline.rows import AT, BODY, COLUMNS, file_rows, schema
 
 NAME = "msgcask"
 BATCH_ROWS = 8192  # rows per Arrow batch a task hands to Spark, at most
 BATCH_BYTES = 64 * 2**20  # record bytes per Arrow batch, about
-_TYPE = [name for name, _ in COLUMNS].index("type")
-_SIZE = [name for name, _ in COLUMNS].index("size")
+_TYPE, _SIZE = AT["type"], AT["size"]
 DEFAULT_PARTITION_BYTES = 64 * 2**20  # data-file bytes per task (one file at least)
 
 
