@@ -1,14 +1,19 @@
 """Put latency while compaction runs, against the same load without it.
 
 Run: ``.venv/bin/python bench/compaction_latency.py [repeats] [--one-cpu]
-[--switch-interval SECONDS]`` (``--one-cpu``: every thread on one CPU,
-``msgcask.confine_to_one_cpu``; ``--switch-interval``: the interpreter's
-``sys.setswitchinterval``, how long a thread may keep the interpreter lock while
-another waits for it, 0.005 by default; ``--lock-holds``: in the backlog
-runs, also time every hold of the store's lock by the compacting thread and
-print them by the line that took the lock). Not a test: it
+[--switch-interval SECONDS] [--lock-holds] [--pin] [--only NAME]`` (``--one-cpu``: every
+thread on one CPU, ``msgcask.confine_to_one_cpu``; ``--switch-interval``: the
+interpreter's ``sys.setswitchinterval``, how long a thread may keep the
+interpreter lock while another waits for it, 0.005 by default;
+``--lock-holds``: in the backlog runs, also time every hold of the store's lock
+by the compacting thread and print them by the line that took the lock;
+``--pin``: the prober alone on the lowest CPU, everything else (the
+passes, the churn thread, the store's background threads through its
+``background_cpus`` setting) on the next one, so the scheduler cannot move
+the prober onto a CPU the passes just ran on; ``--only NAME``: run only the
+``steady``, ``backlog`` or ``interleaved`` measurement). Not a test: it
 prints p50 / p99 / max of single 1 KiB puts from a steady prober, and the ratio
-of the p99s, in two situations. The prober pauses after every 50th put, and the
+of the p99s, in three situations. The prober pauses after every 50th put, and the
 first put after a pause runs on cold caches: those puts are 2 % of all, so the
 p99 falls among them. Each line also gives their p50 (``after a pause``) and
 the p99 of the other puts (``others``), to tell the two apart.
@@ -23,10 +28,18 @@ the p99 of the other puts (``others``), to tell the two apart.
   quiet; it also prints how long the passes took to clear the backlog. This
   is compaction behind the space bound, where it takes the CPU it
   needs and latency is expected to suffer.
+* ``interleaved``: the backlog again, with passes and their absence taking
+  turns within one run: the passes' thread alternates one ``compact()`` call
+  with a rest as long as that call took, and each put counts as busy or quiet
+  by what that thread did all through it (puts within 5 ms of a change count
+  as neither). A stretch where the whole machine runs slow falls on both
+  sides alike, which the ``backlog`` measurement, quiet second first, cannot
+  promise.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -38,6 +51,39 @@ from script_args import exit_if_help_asked
 
 STEADY_SECONDS = 8.0
 PAUSE_EVERY = 50  # puts between two pauses of the prober
+GUARD = 0.005  # seconds after each change of the interleaved phases, counted in neither
+
+
+class Pinning:
+    """With ``--pin``: the prober's CPU and the CPU of everything else."""
+
+    prober: set[int] | None = None
+    others: set[int] | None = None
+
+    @classmethod
+    def plan(cls) -> None:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            raise SystemExit(f"--pin needs two CPUs; this process may use {cpus}")
+        cls.prober, cls.others = {cpus[0]}, {cpus[1]}
+
+    @classmethod
+    def thread(cls, cpus: set[int] | None) -> None:
+        """Keep the calling thread on ``cpus`` (no-op without ``--pin``)."""
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)  # 0: the calling thread
+
+
+def on_other_cpus(work: Any) -> Any:
+    """``work`` run on the CPU of everything but the prober (with ``--pin``)."""
+
+    def pinned(*args: Any) -> Any:
+        Pinning.thread(Pinning.others)
+        return work(*args)
+
+    return pinned
+
+
 # puts, p50, p99, max, p50 of the first puts after a pause, p99 of the others (ms)
 Measured = tuple[int, float, float, float, float, float]
 
@@ -52,20 +98,43 @@ def make_sparse(queue: msgcask.Queue, files: int) -> None:
             queue.ack(m)
 
 
-def measure(probe: msgcask.Queue, until: threading.Event) -> Measured:
-    latencies: list[float] = []
-    after_pause: list[float] = []
-    others: list[float] = []
+class Phases:
+    """What the other thread is doing, as (label, turn), replaced as one object:
+    a put counts under ``label`` only if the same turn lasted all through it."""
+
+    def __init__(self, label: str) -> None:
+        self.now = (label, 0)
+
+    def enter(self, label: str) -> None:
+        self.now = (label, self.now[1] + 1)
+
+
+def measure(probe: msgcask.Queue, until: threading.Event, phases: Phases) -> dict[str, Measured]:
+    """Put until ``until`` is set; the figures of the puts under each label
+    (puts under the empty label are left out)."""
+    latencies: dict[str, list[float]] = {}
+    after_pause: dict[str, list[float]] = {}
+    others: dict[str, list[float]] = {}
     i = 0
     while not until.is_set():
+        now = phases.now
         started = time.perf_counter()
         probe.put(b"z" * 1024)
         latency = (time.perf_counter() - started) * 1e3
-        latencies.append(latency)
-        (after_pause if i % PAUSE_EVERY == 1 else others).append(latency)
+        if now[0] and phases.now is now:
+            latencies.setdefault(now[0], []).append(latency)
+            pick = after_pause if i % PAUSE_EVERY == 1 else others
+            pick.setdefault(now[0], []).append(latency)
         if i % PAUSE_EVERY == 0:
             time.sleep(0.0005)  # a steady producer, not a saturating one
         i += 1
+    return {
+        label: summarize(ms, after_pause.get(label, []), others.get(label, []))
+        for label, ms in latencies.items()
+    }
+
+
+def summarize(latencies: list[float], after_pause: list[float], others: list[float]) -> Measured:
     for ms in (latencies, after_pause, others):
         ms.sort()
     return (
@@ -73,9 +142,13 @@ def measure(probe: msgcask.Queue, until: threading.Event) -> Measured:
         latencies[len(latencies) // 2],
         latencies[int(len(latencies) * 0.99)],
         latencies[-1],
-        after_pause[len(after_pause) // 2],
-        others[int(len(others) * 0.99)],
+        after_pause[len(after_pause) // 2] if after_pause else float("nan"),
+        others[int(len(others) * 0.99)] if others else float("nan"),
     )
+
+
+def measure_all(probe: msgcask.Queue, until: threading.Event) -> Measured:
+    return measure(probe, until, Phases("all"))["all"]
 
 
 def after(seconds: float) -> threading.Event:
@@ -93,11 +166,16 @@ def churn(store: msgcask.Store, stop: threading.Event) -> None:
 
 def steady_run(compaction: bool) -> tuple[Measured, int]:
     interval = 0.2 if compaction else None
-    with msgcask.open(scratch_dir(), max_file_size=2**20, compaction_interval=interval) as s:
+    with msgcask.open(
+        scratch_dir(),
+        max_file_size=2**20,
+        compaction_interval=interval,
+        background_cpus=Pinning.others,
+    ) as s:
         stop = after(STEADY_SECONDS)
-        worker = threading.Thread(target=churn, args=(s, stop))
+        worker = threading.Thread(target=on_other_cpus(churn), args=(s, stop))
         worker.start()
-        result = measure(s.queue("probe"), stop)
+        result = measure_all(s.queue("probe"), stop)
         worker.join()
         return result, s.stats().compaction.files_rewritten
 
@@ -156,32 +234,78 @@ class TimedLock:
         return "\n".join(lines)
 
 
+def backlog_store() -> msgcask.Store:
+    """A store holding 80 sparse 1 MiB files, their index committed."""
+    s = msgcask.open(
+        scratch_dir(),
+        max_file_size=2**20,
+        compaction_interval=None,
+        background_cpus=Pinning.others,
+    )
+    make_sparse(s.queue("load"), 80)
+    # The first commit after the fill writes its 160,000 index changes: let
+    # it happen now, not in the middle of a measurement.
+    s.sync()
+    return s
+
+
 def backlog_run(lock_holds: bool) -> tuple[Measured, Measured, int, float, str]:
     """Quiet and busy measurements, files rewritten, the seconds the passes
     took to clear the backlog, and (with ``lock_holds``) the passes' lock holds."""
-    with msgcask.open(scratch_dir(), max_file_size=2**20, compaction_interval=None) as s:
-        make_sparse(s.queue("load"), 80)
-        # The first commit after the fill writes its 160,000 index changes: let
-        # it happen now, not in the middle of the quiet measurement.
-        s.sync()
+    with backlog_store() as s:
         probe = s.queue("probe")
-        quiet = measure(probe, after(1.0))
+        quiet = measure_all(probe, after(1.0))
         done = threading.Event()
         rewritten = [0]
         worker = threading.Thread(
-            target=compact_until_done, args=(s, done, rewritten), name="passes"
+            target=on_other_cpus(compact_until_done), args=(s, done, rewritten), name="passes"
         )
         timed = TimedLock(s._lock, worker.name) if lock_holds else None
         if timed is not None:
             s._lock = timed  # type: ignore[assignment]
         started = time.perf_counter()
         worker.start()
-        busy = measure(probe, done)
+        busy = measure_all(probe, done)
         worker.join()
         seconds = time.perf_counter() - started
         if timed is not None:
             s._lock = timed.inner
     return quiet, busy, rewritten[0], seconds, timed.report() if timed else ""
+
+
+def take_turns(
+    store: msgcask.Store, phases: Phases, done: threading.Event, calls: list[int]
+) -> None:
+    """One compact() call, then a rest as long as it took, until a call rewrites nothing."""
+    try:
+        while True:
+            phases.enter("busy")
+            started = time.perf_counter()
+            report = store.compact(threshold=0.5)
+            took = time.perf_counter() - started
+            calls.append(report.files_rewritten)
+            for label, seconds in (("", GUARD), ("quiet", took), ("", GUARD)):
+                phases.enter(label)
+                time.sleep(seconds)
+            if not report.files_rewritten:
+                return
+    finally:
+        done.set()
+
+
+def interleaved_run() -> tuple[Measured, Measured, int, int]:
+    """Quiet and busy measurements taken in turns, files rewritten, compact() calls."""
+    with backlog_store() as s:
+        probe = s.queue("probe")
+        measure_all(probe, after(0.3))  # warm up, as the backlog run's quiet second does
+        phases, done, calls = Phases(""), threading.Event(), []
+        worker = threading.Thread(
+            target=on_other_cpus(take_turns), args=(s, phases, done, calls), name="passes"
+        )
+        worker.start()
+        by_phase = measure(probe, done, phases)
+        worker.join()
+    return by_phase["quiet"], by_phase["busy"], sum(calls), len(calls)
 
 
 def line(name: str, m: Measured) -> str:
@@ -191,15 +315,18 @@ def line(name: str, m: Measured) -> str:
     )
 
 
-def main(repeats: int, lock_holds: bool) -> None:
-    for _ in range(repeats):
+SITUATIONS = ("steady", "backlog", "interleaved")
+
+
+def main(repeats: int, lock_holds: bool, only: str | None) -> None:
+    for _ in range(repeats if only in (None, "steady") else 0):
         off, _ = steady_run(compaction=False)
         on, rewritten = steady_run(compaction=True)
         print(
             f"steady  | {line('compaction off', off)} | {line('on', on)} | "
             f"files rewritten {rewritten} | p99 ratio {on[2] / off[2]:.2f}"
         )
-    for _ in range(repeats):
+    for _ in range(repeats if only in (None, "backlog") else 0):
         quiet, busy, rewritten, seconds, holds = backlog_run(lock_holds)
         print(
             f"backlog | {line('quiet', quiet)} | {line('during passes', busy)} | "
@@ -207,6 +334,13 @@ def main(repeats: int, lock_holds: bool) -> None:
         )
         if holds:
             print(holds)
+    for _ in range(repeats if only in (None, "interleaved") else 0):
+        quiet, busy, rewritten, calls = interleaved_run()
+        print(
+            f"interleaved | {line('quiet', quiet)} | "
+            f"{line('during passes', busy)} | files rewritten {rewritten} in {calls} calls | "
+            f"p99 ratio {busy[2] / quiet[2]:.2f}"
+        )
 
 
 if __name__ == "__main__":
@@ -217,10 +351,24 @@ if __name__ == "__main__":
         sys.setswitchinterval(float(args[at + 1]))
         del args[at : at + 2]
         print(f"switch interval {sys.getswitchinterval()} s")
+    if "--one-cpu" in args and "--pin" in args:
+        raise SystemExit("--one-cpu and --pin contradict each other: give one of them")
     if "--one-cpu" in args:
         args.remove("--one-cpu")
         print(f"every thread runs on CPU {msgcask.confine_to_one_cpu()}")
     lock_holds = "--lock-holds" in args
     if lock_holds:
         args.remove("--lock-holds")
-    main(int(args[0]) if args else 3, lock_holds)
+    if "--pin" in args:
+        args.remove("--pin")
+        Pinning.plan()
+        Pinning.thread(Pinning.prober)  # this thread is the prober
+        print(f"the prober runs on CPU {Pinning.prober}, everything else on {Pinning.others}")
+    only = None
+    if "--only" in args:
+        at = args.index("--only")
+        only = args[at + 1] if at + 1 < len(args) else ""
+        if only not in SITUATIONS:
+            raise SystemExit(f"--only takes one of {', '.join(SITUATIONS)}, got {only!r}")
+        del args[at : at + 2]
+    main(int(args[0]) if args else 3, lock_holds, only)

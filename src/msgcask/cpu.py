@@ -1,4 +1,5 @@
-"""Running a process's threads on one CPU.
+"""Where a process's threads run: all on one CPU, or the store's own
+background threads on chosen CPUs (the ``background_cpus`` setting).
 
 CPython threads take turns holding one interpreter lock, and msgcask's get and
 ack release it about ten times together (every py-lmdb call, every ``pread`` of
@@ -15,9 +16,14 @@ docs/tuning.md gives the figures measured with and without it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import threading
+from collections.abc import Iterable
 
 from msgcask.errors import Error
+
+log = logging.getLogger("msgcask")
 
 
 def confine_to_one_cpu(cpu: int | None = None) -> int:
@@ -57,3 +63,67 @@ def confine_to_one_cpu(cpu: int | None = None) -> int:
 
 def _thread_ids() -> list[int]:
     return [int(t) for t in os.listdir("/proc/self/task")]
+
+
+def check_cpus(name: str, value: object) -> frozenset[int] | None:
+    """A set of CPU numbers this process may run threads on, or None. Raises
+    TypeError or ValueError (saying what to pass instead) otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(
+            f"{name} must be a collection of CPU numbers (ints), such as {{1}}, or None; "
+            f"got {type(value).__name__}"
+        )
+    cpus = list(value)
+    for cpu in cpus:
+        if isinstance(cpu, bool) or not isinstance(cpu, int):
+            raise TypeError(f"{name} must hold CPU numbers (ints), got {type(cpu).__name__}")
+    if not cpus:
+        raise ValueError(f"{name} must name at least one CPU, or be None (run anywhere)")
+    if not hasattr(os, "sched_setaffinity"):
+        raise ValueError(f"{name} needs Linux (os.sched_setaffinity); leave it None here")
+    refused = _cpus_refused(sorted(set(cpus)))
+    if refused:
+        raise ValueError(
+            f"{name}: this process may not run threads on CPUs {refused}; pass CPUs it "
+            f"may use (os.cpu_count() is {os.cpu_count()}, and a cgroup or taskset may "
+            "allow fewer)"
+        )
+    return frozenset(cpus)
+
+
+def _cpus_refused(cpus: list[int]) -> list[int]:
+    """Which of ``cpus`` a thread of this process cannot be kept on. Tried in a
+    thread of its own, so no thread of the caller's changes CPUs (a thread already
+    kept on one CPU may still start threads that run on another)."""
+    refused = [cpu for cpu in cpus if cpu < 0]
+
+    def attempt() -> None:
+        for cpu in cpus:
+            if cpu >= 0:
+                try:
+                    os.sched_setaffinity(0, {cpu})
+                except (OSError, OverflowError):
+                    refused.append(cpu)
+
+    trial = threading.Thread(target=attempt, name="msgcask-cpu-check", daemon=True)
+    trial.start()
+    trial.join()
+    return sorted(refused)
+
+
+def run_this_thread_on(cpus: frozenset[int] | None, what: str) -> None:
+    """Keep the calling thread on ``cpus`` (None: leave it be). A failure (the
+    CPUs went offline, the cgroup changed) is logged, and the thread runs on."""
+    if cpus is None:
+        return
+    try:
+        os.sched_setaffinity(0, cpus)  # 0: the calling thread
+    except OSError as e:
+        log.warning(
+            "msgcask: %s runs on any CPU: it cannot be kept on CPUs %s (%s)",
+            what,
+            sorted(cpus),
+            e.strerror or e,
+        )

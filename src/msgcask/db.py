@@ -34,7 +34,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -45,6 +45,7 @@ from msgcask.catchup_lock import CatchUpLock
 from msgcask.compactor.failure_log import RepeatedFailureLog
 from msgcask.compactor.pacing import Pacer
 from msgcask.compactor.policy import MARK_COST
+from msgcask.cpu import run_this_thread_on
 from msgcask.errors import (
     ClosedError,
     Empty,
@@ -219,6 +220,7 @@ class Store:
         max_store_size: int | None = None,
         compaction_budget: int = 64 * 2**20,
         keep_data_files: bool = False,
+        background_cpus: Iterable[int] | None = None,
         _fs: FileSystem | None = None,
         _clock: Callable[[], float] | None = None,
     ):
@@ -233,6 +235,7 @@ class Store:
             max_store_size=max_store_size,
             compaction_budget=compaction_budget,
             keep_data_files=keep_data_files,
+            background_cpus=background_cpus,  # type: ignore[arg-type]  # normalized by Options
         )
         self._sync_always = self.options.sync == "always"
         fspath = os.fspath(path)
@@ -594,6 +597,7 @@ class Store:
     # -- background flushing -------------------------------------------------------
 
     def _flush_loop(self) -> None:
+        run_this_thread_on(self.options.background_cpus, "the background flush")
         next_sync = time.monotonic() + self.options.sync_interval
         compacting = self.options.compaction_interval is not None
         watched = self._journal.bytes_written

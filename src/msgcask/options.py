@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from msgcask.cpu import check_cpus
+
 SYNC_MODES = ("always", "periodic", "never")
 MIN_FILE_SIZE = 64 * 1024
 MAX_FILE_SIZE_LIMIT = 2**31
@@ -46,6 +48,8 @@ class Options:
     max_store_size: int | None = None
     compaction_budget: int = 64 * 2**20
     keep_data_files: bool = False
+    # Any collection of ints is accepted and kept as a frozenset.
+    background_cpus: frozenset[int] | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_file_size", "compaction_budget"):
@@ -90,6 +94,10 @@ class Options:
                 "keep_data_files=True keeps every data file, so nothing may compact: pass "
                 "compaction_interval=None and no max_store_size with it"
             )
+        # Frozen: the normalized value goes in the way the dataclass's own __init__ does.
+        object.__setattr__(
+            self, "background_cpus", check_cpus("background_cpus", self.background_cpus)
+        )
         if self.max_store_size is not None:
             if isinstance(self.max_store_size, bool) or not isinstance(self.max_store_size, int):
                 raise TypeError("max_store_size must be an int (bytes) or None")

@@ -9,11 +9,13 @@ without forgetting it; ``shutdown`` waits for a running pass to finish.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING
 
 import lmdb
 
 from msgcask.compactor.failure_log import RepeatedFailureLog
+from msgcask.cpu import run_this_thread_on
 from msgcask.errors import Error, IndexFailedError
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ class CompactionScheduler:
         self.paused = False
         self._halted = False  # by a failure that every later pass would meet too
         self._failures = RepeatedFailureLog("background compaction pass")
+        self._placed_threads: set[int] = set()  # kept on background_cpus already
 
     def start(self) -> None:
         interval = self._store.options.compaction_interval
@@ -65,6 +68,11 @@ class CompactionScheduler:
     def _run(self) -> None:
         if self._halted:
             return
+        # Once per thread (a failure is logged once): the pool may hand the job to
+        # a thread it has not run before.
+        if threading.get_ident() not in self._placed_threads:
+            self._placed_threads.add(threading.get_ident())
+            run_this_thread_on(self._store.options.background_cpus, "background compaction")
         try:
             self._store._compact_in_background()
         except lmdb.Error as e:
