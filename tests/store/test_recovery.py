@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import lmdb
@@ -253,13 +256,13 @@ def test_rebuild_progress_bar_only_on_a_terminal(
 
     shown = []
 
-    class Bar(recovery.tqdm):  # type: ignore[misc,name-defined]
+    class Bar(recovery._RebuildBar):
         def __init__(self, *args: object, **kwargs: object) -> None:
             kwargs["delay"] = 0
             super().__init__(*args, **kwargs)
             shown.append(not self.disable)
 
-    monkeypatch.setattr(recovery, "tqdm", Bar)
+    monkeypatch.setattr(recovery, "_RebuildBar", Bar)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
     make_store(store_path)
     shutil.rmtree(store_path / "index")
@@ -267,6 +270,31 @@ def test_rebuild_progress_bar_only_on_a_terminal(
     with open_store(store_path) as store:
         assert store.recovery.mode == "rebuild"
     assert shown == [terminal]
+
+
+def test_a_rebuild_leaves_no_thread_behind(tmp_path: Path) -> None:
+    # In a process of its own: a bar drawn by another test would have started
+    # tqdm's monitor thread in this one already.
+    child = textwrap.dedent(
+        """
+        import shutil, sys, threading, msgcask
+        before = {t.name for t in threading.enumerate()}
+        with msgcask.open(sys.argv[1], compaction_interval=None) as s:
+            s.queue("q").put(b"x")
+        shutil.rmtree(sys.argv[1] + "/index")
+        with msgcask.open(sys.argv[1], compaction_interval=None) as s:
+            assert s.recovery.mode == "rebuild", s.recovery.mode
+        print(sorted({t.name for t in threading.enumerate()} - before))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", child, str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert out.stdout.strip() == "[]"
 
 
 def test_index_from_another_boot_after_unclean_close_is_rebuilt(store_path: Path) -> None:

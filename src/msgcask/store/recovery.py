@@ -50,6 +50,15 @@ _MARKS = frozenset({fmt.TYPE_ACK, fmt.TYPE_DELIVER})
 _ALL = _PUTS | _MARKS
 
 
+class _RebuildBar(tqdm):
+    """The rebuild's progress bar, without tqdm's monitor thread: tqdm starts one
+    on its first bar and keeps it for the life of the process, an extra thread in
+    every program that ever opened a store without an index. The bar is updated
+    once per data file, so nothing needs watching."""
+
+    monitor_interval = 0
+
+
 @dataclass(frozen=True, slots=True)
 class CorruptionReport:
     """One damaged stretch of a data file."""
@@ -356,7 +365,7 @@ class Recovery:
         journal = [f for f, h in self.files.headers.items() if h.kind == fmt.KIND_JOURNAL]
         last_journal = max(journal) if journal else -1
         total = sum(h.size for h in self.files.handles.values())
-        with tqdm(
+        with _RebuildBar(
             total=total,
             unit="B",
             unit_scale=True,
