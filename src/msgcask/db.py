@@ -764,6 +764,20 @@ class Store:
                 self._wake_if_writes_stopped()
                 raise
 
+    def _append_mark(self, data: bytes) -> Position:
+        """Append one DELIVER or ACK record (the caller holds the store's lock).
+        When the disk has no room left for the write head's next mapped chunk,
+        puts fail there, but this record is written with pwrite instead (a few
+        bytes may still fit): consumers can drain a nearly full disk, and the
+        files they empty are deleted."""
+        try:
+            return self._append(data, single_record=True)
+        except Error as e:
+            cause = e.__cause__
+            if not (isinstance(cause, OSError) and cause.errno == errno.ENOSPC):
+                raise
+        return self._append(data)  # the failed append left the head as it was
+
     def _wake_if_writes_stopped(self) -> None:
         """After a failed append or roll-over (with the store's lock held): if
         sealing the head failed its fsync, every write stops, so blocked gets
@@ -1210,7 +1224,7 @@ class Store:
             return None
         msg_id, entry, put = found
         deliveries = min(entry.deliveries + 1, fmt.MAX_DELIVERIES_COUNTED)
-        file_id, _ = self._append(codec.encode_deliver(msg_id, deliveries), single_record=True)
+        file_id, _ = self._append_mark(codec.encode_deliver(msg_id, deliveries))
         self._catalog.deliver(msg_id, deliveries, file_id, entry)
         self._inflight[msg_id] = (rt, deliveries)
         return self._message_type(
@@ -1351,7 +1365,7 @@ class Store:
             if self._closed or self._selecting is not None:
                 self._check_open()
             _, msg_id = self._resolve_delivered(name, target)
-            file_id, _ = self._append(codec.encode_ack(msg_id), single_record=True)
+            file_id, _ = self._append_mark(codec.encode_ack(msg_id))
             self._catalog.ack(msg_id, file_id)
             del self._inflight[msg_id]
             pos = self._journal.position

@@ -110,6 +110,55 @@ def test_full_disk_at_a_new_chunk_fails_the_put_cleanly(
         assert store.recovery.corruptions == []
 
 
+def test_consumers_drain_a_disk_too_full_for_a_new_chunk(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Less than a chunk free: puts fail, but gets and acks write their small
+    # records with pwrite, so the queue can be drained (and its files deleted).
+    with msgcask.open(store_path, max_file_size=2**20, compaction_interval=None) as store:
+        q = store.queue("q")
+        ids = [q.put(b"m%d" % i) for i in range(4)]
+        store._journal.head.trim()  # no map, no tail: the next append needs a chunk
+        monkeypatch.setattr(fs_module.os, "posix_fallocate", _refuse_allocation(errno.ENOSPC))
+        with pytest.raises(msgcask.Error, match="disk space"):
+            q.put(b"no room")
+        first = q.get(block=False)
+        q.ack(first)
+        second = q.get(block=False)  # delivered, not acked: comes back after reopen
+        assert [first.id, second.id] == ids[:2]
+        assert store._journal.head._window is None  # written with pwrite
+        monkeypatch.undo()
+        ids.append(q.put(b"room again"))
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert store.recovery.corruptions == []
+        q = store.queue("q")
+        assert [m.id for m in q.browse()] == ids[1:]
+        again = q.get(block=False)
+        assert (again.id, again.redelivered, again.deliveries) == (ids[1], True, 2)
+
+
+def test_a_full_disk_fails_a_get_cleanly(
+    store_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    snapshot: Callable[..., dict[str, Any]],
+) -> None:
+    # No room even for a DELIVER record: the get fails and delivers nothing.
+    with msgcask.open(store_path, max_file_size=2**20, compaction_interval=None) as store:
+        q = store.queue("q")
+        ids = [q.put(b"m%d" % i) for i in range(3)]
+        store._journal.head.trim()
+        before = snapshot(store, store_path)
+        no_space = _refuse_allocation(errno.ENOSPC)
+        monkeypatch.setattr(fs_module.os, "posix_fallocate", no_space)
+        monkeypatch.setattr(fs_module.os, "pwrite", lambda *a: no_space(0, 0, 0))
+        with pytest.raises(msgcask.Error, match="disk space"):
+            q.get(block=False)
+        monkeypatch.undo()
+        assert snapshot(store, store_path) == before
+        assert q.get(block=False).id == ids[0]  # its first delivery
+        assert store._inflight[ids[0]][1] == 1
+
+
 def test_file_system_without_allocation_falls_back_to_plain_writes(
     store_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
