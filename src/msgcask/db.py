@@ -72,7 +72,7 @@ from msgcask.store.filenames import (
     data_file_name,
     parse_data_file_name,
 )
-from msgcask.store.fs import DataFile, FileSystem
+from msgcask.store.fs import DataFile, FileSystem, NoRoomForChunk
 from msgcask.store.lockfile import StoreLock
 from msgcask.store.recovery import (
     CorruptionReport,
@@ -90,6 +90,9 @@ Selector = Callable[[dict[str, str]], bool]
 _MAX_CHANGES_PER_COMMIT = 50_000
 _PURGE_CHUNK = 10_000
 _MAX_PENDING = 1024  # puts whose index entries wait for the store's lock, at most
+# Bytes a DELIVER or ACK record written without a mapped chunk must leave free on
+# a nearly full disk: an index commit that finds no room fails the whole index.
+_MARKS_LEAVE_FREE = 64 * 1024
 _MAP_CHUNK = 2**20  # bytes of the write head mapped (and preallocated) at a time
 _BACKGROUND_PASSES_WHILE_BEHIND = 16  # back-to-back passes of one background run, at most
 _WATCH_EVERY = 0.02  # seconds between two checks of whether disk use is near the space bound
@@ -767,16 +770,23 @@ class Store:
     def _append_mark(self, data: bytes) -> Position:
         """Append one DELIVER or ACK record (the caller holds the store's lock).
         When the disk has no room left for the write head's next mapped chunk,
-        puts fail there, but this record is written with pwrite instead (a few
-        bytes may still fit): consumers can drain a nearly full disk, and the
-        files they empty are deleted."""
+        puts fail there, but this record is written with pwrite instead, as long
+        as ``_MARKS_LEAVE_FREE`` bytes stay free for the index's commits:
+        consumers can drain a nearly full disk, and the files they empty are
+        deleted."""
         try:
             return self._append(data, single_record=True)
         except Error as e:
-            cause = e.__cause__
-            if not (isinstance(cause, OSError) and cause.errno == errno.ENOSPC):
+            if not isinstance(e.__cause__, NoRoomForChunk) or not self._room_for_marks():
                 raise
         return self._append(data)  # the failed append left the head as it was
+
+    def _room_for_marks(self) -> bool:
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize >= _MARKS_LEAVE_FREE
 
     def _wake_if_writes_stopped(self) -> None:
         """After a failed append or roll-over (with the store's lock held): if

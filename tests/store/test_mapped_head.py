@@ -22,6 +22,7 @@ import pytest
 
 import msgcask
 from conftest import written_size
+from msgcask import db as db_module
 from msgcask.check import scan_files
 from msgcask.store import fs as fs_module
 
@@ -157,6 +158,63 @@ def test_a_full_disk_fails_a_get_cleanly(
         assert snapshot(store, store_path) == before
         assert q.get(block=False).id == ids[0]  # its first delivery
         assert store._inflight[ids[0]][1] == 1
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_marks_leave_room_for_the_index_on_a_nearly_full_disk(
+    store_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    snapshot: Callable[..., dict[str, Any]],
+    code: int,
+) -> None:
+    # Below the margin a DELIVER record is not written without a chunk: the
+    # index's next commit needs that room more (without it the index fails).
+    with msgcask.open(store_path, max_file_size=2**20, compaction_interval=None) as store:
+        q = store.queue("q")
+        ids = [q.put(b"m%d" % i) for i in range(3)]
+        store._journal.head.trim()
+        before = snapshot(store, store_path)
+        monkeypatch.setattr(fs_module.os, "posix_fallocate", _refuse_allocation(code))
+        real_statvfs = os.statvfs
+        free = [db_module._MARKS_LEAVE_FREE - 1]
+
+        def statvfs(path: str) -> Any:
+            st = real_statvfs(path)
+            return type("Vfs", (), {"f_bavail": free[0] // st.f_frsize, "f_frsize": st.f_frsize})
+
+        monkeypatch.setattr(db_module.os, "statvfs", statvfs)
+        with pytest.raises(msgcask.Error, match=r"disk space|quota"):
+            q.get(block=False)
+        assert snapshot(store, store_path) == before
+        free[0] = db_module._MARKS_LEAVE_FREE  # enough again
+        assert q.get(block=False).id == ids[0]
+
+
+def test_only_the_chunk_is_retried_without_a_map(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No room for a new data file at a roll-over: the get fails once, as a put
+    # would, and is not tried a second time.
+    with msgcask.open(store_path, max_file_size=2**20, compaction_interval=None) as store:
+        q = store.queue("q")
+        q.put(b"m")
+        store.sync()
+        store._journal.max_file_size = store._journal.head.size  # the DELIVER rolls over
+        real_open = fs_module.os.open
+        creations = []
+
+        def open_no_room(path: str, flags: int, *args: Any) -> int:
+            if str(path).endswith(".tmp"):
+                creations.append(path)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real_open(path, flags, *args)
+
+        monkeypatch.setattr(fs_module.os, "open", open_no_room)
+        next_file = store._next_file_id
+        with pytest.raises(msgcask.Error, match="disk space"):
+            q.get(block=False)
+        assert len(creations) == 1
+        assert store._next_file_id == next_file + 1
 
 
 def test_file_system_without_allocation_falls_back_to_plain_writes(

@@ -55,6 +55,11 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class NoRoomForChunk(OSError):
+    """The disk (or the quota) has no room for the write head's next mapped
+    chunk; a record of a few bytes may still fit with pwrite."""
+
+
 class DataFile:
     """An open data file: appends at the end, reads at any offset.
 
@@ -125,6 +130,8 @@ class DataFile:
             # ``unmap_written``); called either way, so every mapped byte is.
             os.posix_fallocate(self.fd, start, stop - start)
         except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise NoRoomForChunk(e.errno, e.strerror) from e
             if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                 raise
             self._chunk = 0  # a file system without allocation: plain writes
