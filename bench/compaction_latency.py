@@ -7,10 +7,11 @@ interpreter's ``sys.setswitchinterval``, how long a thread may keep the
 interpreter lock while another waits for it, 0.005 by default;
 ``--lock-holds``: in the backlog runs, also time every hold of the store's lock
 by the compacting thread and print them by the line that took the lock;
-``--pin``: the prober alone on the lowest CPU, everything else (the
-passes, the churn thread, the store's background threads through its
+``--pin``: the prober on the lowest CPU, and the passes' thread, the churn
+thread and the store's flush and compaction pool threads (through its
 ``background_cpus`` setting) on the next one, so the scheduler cannot move
-the prober onto a CPU the passes just ran on; ``--only NAME``: run only the
+the prober onto a CPU the passes just ran on (threads the prober's thread
+starts itself, such as APScheduler's, stay with it, and only sleep); ``--only NAME``: run only the
 ``steady``, ``backlog`` or ``interleaved`` measurement). Not a test: it
 prints p50 / p99 / max of single 1 KiB puts from a steady prober, and the ratio
 of the p99s, in three situations. The prober pauses after every 50th put, and the

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import os
 import threading
 from collections.abc import Iterable
@@ -24,6 +25,8 @@ from collections.abc import Iterable
 from msgcask.errors import Error
 
 log = logging.getLogger("msgcask")
+
+_MOST_CPUS = 1 << 16  # above Linux's largest NR_CPUS
 
 
 def confine_to_one_cpu(cpu: int | None = None) -> int:
@@ -75,10 +78,16 @@ def check_cpus(name: str, value: object) -> frozenset[int] | None:
             f"{name} must be a collection of CPU numbers (ints), such as {{1}}, or None; "
             f"got {type(value).__name__}"
         )
-    cpus = list(value)
-    for cpu in cpus:
-        if isinstance(cpu, bool) or not isinstance(cpu, int):
-            raise TypeError(f"{name} must hold CPU numbers (ints), got {type(cpu).__name__}")
+    cpus = []
+    for cpu in value:
+        try:
+            if isinstance(cpu, bool):
+                raise TypeError
+            cpus.append(operator.index(cpu))  # NumPy's integers too
+        except TypeError:
+            raise TypeError(
+                f"{name} must hold CPU numbers (ints), got {type(cpu).__name__}"
+            ) from None
     if not cpus:
         raise ValueError(f"{name} must name at least one CPU, or be None (run anywhere)")
     if not hasattr(os, "sched_setaffinity"):
@@ -87,7 +96,7 @@ def check_cpus(name: str, value: object) -> frozenset[int] | None:
     if refused:
         raise ValueError(
             f"{name}: this process may not run threads on CPUs {refused}; pass CPUs it "
-            f"may use (os.cpu_count() is {os.cpu_count()}, and a cgroup or taskset may "
+            f"may use (os.cpu_count() is {os.cpu_count()}, and a cgroup's cpuset may "
             "allow fewer)"
         )
     return frozenset(cpus)
@@ -97,11 +106,12 @@ def _cpus_refused(cpus: list[int]) -> list[int]:
     """Which of ``cpus`` a thread of this process cannot be kept on. Tried in a
     thread of its own, so no thread of the caller's changes CPUs (a thread already
     kept on one CPU may still start threads that run on another)."""
-    refused = [cpu for cpu in cpus if cpu < 0]
+    # Past the most CPUs Linux numbers, a mask would only cost time and memory.
+    refused = [cpu for cpu in cpus if not 0 <= cpu < _MOST_CPUS]
 
     def attempt() -> None:
         for cpu in cpus:
-            if cpu >= 0:
+            if 0 <= cpu < _MOST_CPUS:
                 try:
                     os.sched_setaffinity(0, {cpu})
                 except (OSError, OverflowError):

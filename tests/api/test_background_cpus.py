@@ -4,8 +4,12 @@ and a bad value is refused before anything is created."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterable
@@ -39,6 +43,8 @@ def _two_cpus() -> list[int]:
         ([-1], ValueError, "CPUs [-1]"),
         ([4096], ValueError, "CPUs [4096]"),
         ([0, 4096], ValueError, "CPUs [4096]"),
+        ([2**31 - 2], ValueError, f"CPUs [{2**31 - 2}]"),
+        ([2**70], ValueError, f"CPUs [{2**70}]"),
     ],
 )
 def test_a_bad_value_is_refused_and_nothing_is_created(
@@ -58,10 +64,22 @@ def test_without_affinity_calls_the_setting_is_refused(monkeypatch: pytest.Monke
     assert Options(background_cpus=None).background_cpus is None
 
 
+class _IntLike:
+    """An integer type that is not int (as NumPy's are)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __index__(self) -> int:
+        return self.n
+
+
 def test_any_collection_is_kept_as_a_frozenset() -> None:
     cpu = min(os.sched_getaffinity(0))
     assert Options(background_cpus=[cpu, cpu]).background_cpus == frozenset({cpu})
     assert Options(background_cpus=iter((cpu,))).background_cpus == frozenset({cpu})
+    kept = Options(background_cpus=[_IntLike(cpu)]).background_cpus
+    assert kept == frozenset({cpu}) and all(type(c) is int for c in kept or ())
 
 
 def test_the_flush_thread_and_the_passes_run_on_the_cpus_named(tmp_path: Path) -> None:
@@ -109,6 +127,30 @@ def test_an_opener_kept_on_one_cpu_may_name_another(tmp_path: Path) -> None:
     t.start()
     t.join()
     assert result == [{other}, {mine}]
+
+
+def test_in_a_confined_process_the_store_threads_keep_to_background_cpus(
+    tmp_path: Path,
+) -> None:
+    # Confining is process-wide: in a child process.
+    allowed = _two_cpus()
+    child = textwrap.dedent(
+        """
+        import json, os, sys, msgcask
+        msgcask.confine_to_one_cpu(int(sys.argv[2]))
+        with msgcask.open(sys.argv[1], background_cpus={int(sys.argv[3])}) as store:
+            flusher = sorted(os.sched_getaffinity(store._flusher.native_id))
+            print(json.dumps([flusher, sorted(os.sched_getaffinity(0))]))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", child, str(tmp_path / "s"), str(allowed[0]), str(allowed[-1])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(out.stdout) == [[allowed[-1]], [allowed[0]]]
 
 
 def test_by_default_background_threads_run_where_the_opener_may(tmp_path: Path) -> None:
