@@ -12,9 +12,9 @@ thread and the store's flush and compaction pool threads (through its
 ``background_cpus`` setting) on the next one, so the scheduler cannot move
 the prober onto a CPU the passes just ran on (threads the prober's thread
 starts itself, such as APScheduler's, stay with it, and only sleep); ``--only NAME``: run only the
-``steady``, ``backlog`` or ``interleaved`` measurement). Not a test: it
+``steady``, ``backlog``, ``interleaved`` or ``background`` measurement). Not a test: it
 prints p50 / p99 / max of single 1 KiB puts from a steady prober, and the ratio
-of the p99s, in three situations. The prober pauses after every 50th put, and the
+of the p99s, in four situations. The prober pauses after every 50th put, and the
 first put after a pause runs on cold caches: those puts are 2 % of all, so the
 p99 falls among them. Each line also gives their p50 (``after a pause``) and
 the p99 of the other puts (``others``), to tell the two apart.
@@ -36,6 +36,12 @@ the p99 of the other puts (``others``), to tell the two apart.
   as neither). A stretch where the whole machine runs slow falls on both
   sides alike, which the ``backlog`` measurement, quiet second first, cannot
   promise.
+* ``background``: the backlog again, cleared by the background job (every
+  0.05 s, passes back to back while behind) instead of ``compact()`` calls: it
+  is resumed for 0.1 s, paused (its running pass let finish), and rests 0.1 s,
+  in turns; a put counts as busy only if a pass held the pass lock all through
+  it, and as quiet only if none did. With ``--pin`` the store's
+  ``background_cpus`` keeps the passes apart from the prober.
 """
 
 from __future__ import annotations
@@ -53,6 +59,9 @@ from script_args import exit_if_help_asked
 STEADY_SECONDS = 8.0
 PAUSE_EVERY = 50  # puts between two pauses of the prober
 GUARD = 0.005  # seconds after each change of the interleaved phases, counted in neither
+BACKLOG_FILES = 80
+TURN = 0.1  # seconds the background job runs, then rests, in the background situation
+MAX_TURNS = 200
 
 
 class Pinning:
@@ -110,19 +119,29 @@ class Phases:
         self.now = (label, self.now[1] + 1)
 
 
-def measure(probe: msgcask.Queue, until: threading.Event, phases: Phases) -> dict[str, Measured]:
+def measure(
+    probe: msgcask.Queue,
+    until: threading.Event,
+    phases: Phases,
+    pass_lock: threading.Lock | None = None,
+) -> dict[str, Measured]:
     """Put until ``until`` is set; the figures of the puts under each label
-    (puts under the empty label are left out)."""
+    (puts under the empty label are left out). With ``pass_lock``, a put counts
+    as ``busy`` only if a pass held the lock all through it, and under any
+    other label only if none did."""
     latencies: dict[str, list[float]] = {}
     after_pause: dict[str, list[float]] = {}
     others: dict[str, list[float]] = {}
     i = 0
     while not until.is_set():
         now = phases.now
+        held = pass_lock is not None and pass_lock.locked()
         started = time.perf_counter()
         probe.put(b"z" * 1024)
         latency = (time.perf_counter() - started) * 1e3
-        if now[0] and phases.now is now:
+        if pass_lock is not None and (held != (now[0] == "busy") or pass_lock.locked() != held):
+            pass  # a pass started, ended or was missing during this put
+        elif now[0] and phases.now is now:
             latencies.setdefault(now[0], []).append(latency)
             pick = after_pause if i % PAUSE_EVERY == 1 else others
             pick.setdefault(now[0], []).append(latency)
@@ -235,15 +254,17 @@ class TimedLock:
         return "\n".join(lines)
 
 
-def backlog_store() -> msgcask.Store:
-    """A store holding 80 sparse 1 MiB files, their index committed."""
+def backlog_store(compaction_interval: float | None = None) -> msgcask.Store:
+    """A store holding 80 sparse 1 MiB files, their index committed (with a
+    ``compaction_interval``, its background job is paused)."""
     s = msgcask.open(
         scratch_dir(),
         max_file_size=2**20,
-        compaction_interval=None,
+        compaction_interval=compaction_interval,
         background_cpus=Pinning.others,
     )
-    make_sparse(s.queue("load"), 80)
+    s.pause_compaction()
+    make_sparse(s.queue("load"), BACKLOG_FILES)
     # The first commit after the fill writes its 160,000 index changes: let
     # it happen now, not in the middle of a measurement.
     s.sync()
@@ -294,6 +315,46 @@ def take_turns(
         done.set()
 
 
+def resume_and_pause(
+    store: msgcask.Store, phases: Phases, done: threading.Event, turns: list[int]
+) -> None:
+    """Let the background job run for a turn, pause it, wait for its pass to end,
+    rest as long, until it has rewritten the backlog (or after MAX_TURNS)."""
+    try:
+        for _ in range(MAX_TURNS):
+            if store.stats().compaction.files_rewritten >= BACKLOG_FILES:
+                return
+            phases.enter("busy")
+            store.resume_compaction()
+            time.sleep(TURN)
+            store.pause_compaction()
+            with store._compactor.pass_lock():
+                pass  # the pass running now ends; no other starts while paused
+            turns.append(1)
+            for label, seconds in (("", GUARD), ("quiet", TURN), ("", GUARD)):
+                phases.enter(label)
+                time.sleep(seconds)
+    finally:
+        done.set()
+
+
+def background_run() -> tuple[Measured, Measured, int, int]:
+    """Quiet and busy measurements taken in turns while the background job clears
+    the backlog, files rewritten, turns."""
+    with backlog_store(compaction_interval=0.05) as s:
+        probe = s.queue("probe")
+        measure_all(probe, after(0.3))
+        phases, done, turns = Phases(""), threading.Event(), []
+        worker = threading.Thread(
+            target=on_other_cpus(resume_and_pause), args=(s, phases, done, turns), name="turns"
+        )
+        worker.start()
+        by_phase = measure(probe, done, phases, s._compactor.pass_lock())
+        worker.join()
+        rewritten = s.stats().compaction.files_rewritten
+    return by_phase["quiet"], by_phase["busy"], rewritten, len(turns)
+
+
 def interleaved_run() -> tuple[Measured, Measured, int, int]:
     """Quiet and busy measurements taken in turns, files rewritten, compact() calls."""
     with backlog_store() as s:
@@ -316,7 +377,7 @@ def line(name: str, m: Measured) -> str:
     )
 
 
-SITUATIONS = ("steady", "backlog", "interleaved")
+SITUATIONS = ("steady", "backlog", "interleaved", "background")
 
 
 def main(repeats: int, lock_holds: bool, only: str | None) -> None:
@@ -341,6 +402,12 @@ def main(repeats: int, lock_holds: bool, only: str | None) -> None:
             f"interleaved | {line('quiet', quiet)} | "
             f"{line('during passes', busy)} | files rewritten {rewritten} in {calls} calls | "
             f"p99 ratio {busy[2] / quiet[2]:.2f}"
+        )
+    for _ in range(repeats if only in (None, "background") else 0):
+        quiet, busy, rewritten, turns = background_run()
+        print(
+            f"background | {line('quiet', quiet)} | {line('during passes', busy)} | "
+            f"files rewritten {rewritten} in {turns} turns | p99 ratio {busy[2] / quiet[2]:.2f}"
         )
 
 
