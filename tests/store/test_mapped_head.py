@@ -7,6 +7,7 @@ allocation is what fails on a full disk, cleanly, before any byte is mapped.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -14,7 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,19 @@ def _refuse_allocation(code: int) -> Callable[..., Any]:
     return refuse
 
 
+@contextlib.contextmanager
+def _head_needing_a_chunk(
+    store_path: Path, messages: int
+) -> Iterator[tuple[msgcask.Store, msgcask.Queue, list[int]]]:
+    """An open store holding ``messages`` messages, its head trimmed (no map, no
+    allocated tail), so the next mapped append needs a new chunk."""
+    with msgcask.open(store_path, max_file_size=2**20, compaction_interval=None) as store:
+        q = store.queue("q")
+        ids = [q.put(b"m%d" % i) for i in range(messages)]
+        store._journal.head.trim()
+        yield store, q, ids
+
+
 def test_full_disk_at_a_new_chunk_fails_the_put_cleanly(
     store_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -116,10 +130,7 @@ def test_consumers_drain_a_disk_too_full_for_a_new_chunk(
 ) -> None:
     # Less than a chunk free: puts fail, but gets and acks write their small
     # records with pwrite, so the queue can be drained (and its files deleted).
-    with msgcask.open(store_path, max_file_size=2**20, compaction_interval=None) as store:
-        q = store.queue("q")
-        ids = [q.put(b"m%d" % i) for i in range(4)]
-        store._journal.head.trim()  # no map, no tail: the next append needs a chunk
+    with _head_needing_a_chunk(store_path, 4) as (store, q, ids):
         monkeypatch.setattr(fs_module.os, "posix_fallocate", _refuse_allocation(errno.ENOSPC))
         with pytest.raises(msgcask.Error, match="disk space"):
             q.put(b"no room")
@@ -144,10 +155,7 @@ def test_a_full_disk_fails_a_get_cleanly(
     snapshot: Callable[..., dict[str, Any]],
 ) -> None:
     # No room even for a DELIVER record: the get fails and delivers nothing.
-    with msgcask.open(store_path, max_file_size=2**20, compaction_interval=None) as store:
-        q = store.queue("q")
-        ids = [q.put(b"m%d" % i) for i in range(3)]
-        store._journal.head.trim()
+    with _head_needing_a_chunk(store_path, 3) as (store, q, ids):
         before = snapshot(store, store_path)
         no_space = _refuse_allocation(errno.ENOSPC)
         monkeypatch.setattr(fs_module.os, "posix_fallocate", no_space)
@@ -169,10 +177,7 @@ def test_marks_leave_room_for_the_index_on_a_nearly_full_disk(
 ) -> None:
     # Below the margin a DELIVER record is not written without a chunk: the
     # index's next commit needs that room more (without it the index fails).
-    with msgcask.open(store_path, max_file_size=2**20, compaction_interval=None) as store:
-        q = store.queue("q")
-        ids = [q.put(b"m%d" % i) for i in range(3)]
-        store._journal.head.trim()
+    with _head_needing_a_chunk(store_path, 3) as (store, q, ids):
         before = snapshot(store, store_path)
         monkeypatch.setattr(fs_module.os, "posix_fallocate", _refuse_allocation(code))
         real_statvfs = os.statvfs
