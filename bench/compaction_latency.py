@@ -431,7 +431,10 @@ if __name__ == "__main__":
         args.remove("--pin")
         Pinning.plan()
         Pinning.thread(Pinning.prober)  # this thread is the prober
-        print(f"the prober runs on CPU {Pinning.prober}, everything else on {Pinning.others}")
+        print(
+            f"the prober runs on CPU {Pinning.prober}; the passes, the churn thread and "
+            f"the store's flush and pool threads on {Pinning.others}"
+        )
     only = None
     if "--only" in args:
         at = args.index("--only")

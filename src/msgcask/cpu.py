@@ -125,14 +125,14 @@ def _cpus_refused(cpus: list[int]) -> list[int]:
 
 def run_this_thread_on(cpus: frozenset[int] | None, what: str) -> None:
     """Keep the calling thread on ``cpus`` (None: leave it be). A failure (the
-    CPUs went offline, the cgroup changed) is logged, and the thread runs on."""
+    CPUs went offline, the cgroup changed) is logged, and the thread keeps its CPUs."""
     if cpus is None:
         return
     try:
         os.sched_setaffinity(0, cpus)  # 0: the calling thread
     except OSError as e:
         log.warning(
-            "msgcask: %s runs on any CPU: it cannot be kept on CPUs %s (%s)",
+            "msgcask: %s keeps the CPUs it had: it cannot be kept on CPUs %s (%s)",
             what,
             sorted(cpus),
             e.strerror or e,

@@ -90,8 +90,11 @@ Selector = Callable[[dict[str, str]], bool]
 _MAX_CHANGES_PER_COMMIT = 50_000
 _PURGE_CHUNK = 10_000
 _MAX_PENDING = 1024  # puts whose index entries wait for the store's lock, at most
-# Bytes a DELIVER or ACK record written without a mapped chunk must leave free on
-# a nearly full disk: an index commit that finds no room fails the whole index.
+# Free bytes kept for index commits on a nearly full disk (an index commit that
+# finds no room fails the whole index): the write head allocates no new chunk
+# for puts below _INDEX_RESERVE, and a DELIVER or ACK record written without a
+# chunk must leave _MARKS_LEAVE_FREE.
+_INDEX_RESERVE = 4 * 2**20
 _MARKS_LEAVE_FREE = 64 * 1024
 _MAP_CHUNK = 2**20  # bytes of the write head mapped (and preallocated) at a time
 _BACKGROUND_PASSES_WHILE_BEHIND = 16  # back-to-back passes of one background run, at most
@@ -391,6 +394,7 @@ class Store:
                 if self.options.max_store_size is not None
                 else min(_MAP_CHUNK, self.options.max_file_size)
             ),
+            may_allocate=self._room_for_chunk,
         )
         if recovery.report.unclean:
             # Make the skipped id block durable where a rebuild looks: the header
@@ -782,11 +786,27 @@ class Store:
         return self._append(data)  # the failed append left the head as it was
 
     def _room_for_marks(self) -> bool:
+        free = self._free_bytes()
+        return free is not None and free >= _MARKS_LEAVE_FREE
+
+    def _room_for_chunk(self, size: int) -> bool:
+        """Whether the write head may allocate ``size`` bytes more (once per
+        chunk): puts stop while ``_INDEX_RESERVE`` is still free, since an
+        index commit that finds no room fails the whole index."""
+        free = self._free_bytes()
+        return free is None or free >= size + _INDEX_RESERVE
+
+    def _free_bytes(self) -> int | None:
+        """Bytes this process may still write on the store's file system (None
+        if it cannot tell)."""
         try:
             st = os.statvfs(self.path)
         except OSError:
-            return False
-        return st.f_bavail * st.f_frsize >= _MARKS_LEAVE_FREE
+            return None
+        # Root may write into the blocks a file system keeps in reserve (ext4's
+        # 5 %), which f_bavail leaves out: it is 0 on a disk full for others.
+        blocks = st.f_bfree if os.geteuid() == 0 else st.f_bavail
+        return int(blocks * st.f_frsize)
 
     def _wake_if_writes_stopped(self) -> None:
         """After a failed append or roll-over (with the store's lock held): if

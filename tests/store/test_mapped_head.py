@@ -168,31 +168,81 @@ def test_a_full_disk_fails_a_get_cleanly(
         assert store._inflight[ids[0]][1] == 1
 
 
-@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def _statvfs_reporting(available: int, free: int) -> Callable[[str], Any]:
+    """os.statvfs, with ``available`` bytes for users and ``free`` for root."""
+    real = os.statvfs
+
+    def statvfs(path: str) -> Any:
+        size = real(path).f_frsize
+        return type(
+            "Vfs", (), {"f_bavail": available // size, "f_bfree": free // size, "f_frsize": size}
+        )
+
+    return statvfs
+
+
+@pytest.mark.parametrize("euid", [0, 1000])
 def test_marks_leave_room_for_the_index_on_a_nearly_full_disk(
     store_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     snapshot: Callable[..., dict[str, Any]],
-    code: int,
+    euid: int,
 ) -> None:
     # Below the margin a DELIVER record is not written without a chunk: the
     # index's next commit needs that room more (without it the index fails).
+    # Root may use the blocks kept in reserve, which only f_bfree counts.
+    margin = db_module._MARKS_LEAVE_FREE
+    monkeypatch.setattr(db_module.os, "geteuid", lambda: euid)
     with _head_needing_a_chunk(store_path, 3) as (store, q, ids):
         before = snapshot(store, store_path)
-        monkeypatch.setattr(fs_module.os, "posix_fallocate", _refuse_allocation(code))
-        real_statvfs = os.statvfs
-        free = [db_module._MARKS_LEAVE_FREE - 1]
-
-        def statvfs(path: str) -> Any:
-            st = real_statvfs(path)
-            return type("Vfs", (), {"f_bavail": free[0] // st.f_frsize, "f_frsize": st.f_frsize})
-
-        monkeypatch.setattr(db_module.os, "statvfs", statvfs)
-        with pytest.raises(msgcask.Error, match=r"disk space|quota"):
+        monkeypatch.setattr(fs_module.os, "posix_fallocate", _refuse_allocation(errno.ENOSPC))
+        short = (margin - 1, margin - 1) if euid else (0, margin - 1)
+        monkeypatch.setattr(db_module.os, "statvfs", _statvfs_reporting(*short))
+        with pytest.raises(msgcask.Error, match="disk space"):
             q.get(block=False)
         assert snapshot(store, store_path) == before
-        free[0] = db_module._MARKS_LEAVE_FREE  # enough again
+        enough = (margin, margin) if euid else (0, margin)
+        monkeypatch.setattr(db_module.os, "statvfs", _statvfs_reporting(*enough))
         assert q.get(block=False).id == ids[0]
+
+
+def test_puts_stop_while_the_index_still_has_room(
+    store_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    snapshot: Callable[..., dict[str, Any]],
+) -> None:
+    # A new chunk is allocated for puts only with _INDEX_RESERVE free beside it:
+    # an index commit that found the disk full would fail the whole index.
+    reserve = db_module._INDEX_RESERVE
+    with _head_needing_a_chunk(store_path, 3) as (store, q, ids):
+        chunk = store._journal.head._chunk
+        before = snapshot(store, store_path)
+        short = chunk + reserve - 1
+        monkeypatch.setattr(db_module.os, "statvfs", _statvfs_reporting(short, short))
+        with pytest.raises(msgcask.Error, match="space kept for the index"):
+            q.put(b"no room")
+        assert snapshot(store, store_path) == before
+        assert q.get(block=False).id == ids[0]  # a mark still fits without a chunk
+        enough = chunk + reserve
+        monkeypatch.setattr(db_module.os, "statvfs", _statvfs_reporting(enough, enough))
+        ids.append(q.put(b"room again"))
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert [m.id for m in store.queue("q").browse()] == ids
+        assert store.recovery.corruptions == []
+
+
+def test_a_quota_is_not_drained_into(
+    store_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    snapshot: Callable[..., dict[str, Any]],
+) -> None:
+    # Free space says nothing of a quota, so no margin could be kept in it.
+    with _head_needing_a_chunk(store_path, 3) as (store, q, _):
+        before = snapshot(store, store_path)
+        monkeypatch.setattr(fs_module.os, "posix_fallocate", _refuse_allocation(errno.EDQUOT))
+        with pytest.raises(msgcask.Error, match=r"quota|disk space"):
+            q.get(block=False)
+        assert snapshot(store, store_path) == before
 
 
 def test_only_the_chunk_is_retried_without_a_map(

@@ -33,7 +33,7 @@ import errno
 import mmap
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 TEMP_SUFFIX = ".tmp"
 # Written bytes of the head's map before an fsync unmaps them: fewer pages cost
@@ -56,8 +56,10 @@ def crash_point(name: str) -> None:
 
 
 class NoRoomForChunk(OSError):
-    """The disk (or the quota) has no room for the write head's next mapped
-    chunk; a record of a few bytes may still fit with pwrite."""
+    """The file system has no room for the write head's next mapped chunk; a
+    record of a few bytes may still fit with pwrite. (Not raised for a quota:
+    free space says nothing of the quota, so nothing could tell how much of it
+    the index's commits still have.)"""
 
 
 class DataFile:
@@ -76,12 +78,15 @@ class DataFile:
         # reader on another thread never pairs one map with another's bounds.
         self._window: tuple[mmap.mmap, int, int] | None = None
         self._allocated = size  # file length, preallocated tail included
+        self._may_allocate: Callable[[int], bool] | None = None
 
-    def map_appends(self, chunk: int) -> None:
+    def map_appends(self, chunk: int, may_allocate: Callable[[int], bool] | None = None) -> None:
         """Write later appends through a memory map, ``chunk`` bytes at a time
-        (rounded up to whole pages)."""
+        (rounded up to whole pages). ``may_allocate(n)`` says whether ``n`` more
+        bytes may be allocated on disk for a new chunk (else NoRoomForChunk)."""
         granularity = mmap.ALLOCATIONGRANULARITY
         self._chunk = -(-chunk // granularity) * granularity
+        self._may_allocate = may_allocate
 
     def append(self, data: bytes, *, single_record: bool = False) -> int:
         """Write all of ``data`` at the end; return the offset it starts at.
@@ -125,12 +130,16 @@ class DataFile:
         stop = self._allocated if end <= self._allocated else start + self._chunk
         if end > stop:
             return None
+        if stop > self._allocated and self._may_allocate and not self._may_allocate(stop - start):
+            raise NoRoomForChunk(
+                errno.ENOSPC, "no room for the next chunk beside the space kept for the index"
+            )
         try:
             # Cheap where the range is allocated already (a map made again after
             # ``unmap_written``); called either way, so every mapped byte is.
             os.posix_fallocate(self.fd, start, stop - start)
         except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            if e.errno == errno.ENOSPC:
                 raise NoRoomForChunk(e.errno, e.strerror) from e
             if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                 raise

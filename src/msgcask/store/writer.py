@@ -43,6 +43,7 @@ class Journal:
         id_floor: Callable[[], int],
         on_new_file: Callable[[int, DataFile], None],
         map_chunk: int = 0,
+        may_allocate: Callable[[int], bool] | None = None,
         append_lock: threading.RLock | None = None,
     ):
         self.fs = fs
@@ -50,11 +51,12 @@ class Journal:
         self.head_id = head_id
         self.head = head
         self._map_chunk = map_chunk
+        self._may_allocate = may_allocate
         # The lock appends are made under (the store's), taken here only to
         # unmap the head's written pages before an fsync (store/fs.py).
         self._append_lock = append_lock if append_lock is not None else threading.RLock()
         if map_chunk:
-            head.map_appends(map_chunk)
+            head.map_appends(map_chunk, may_allocate)
         # (file, id) swapped as one object, so a thread syncing without the
         # store lock never pairs one file's handle with another file's id.
         self._head_state = (head, head_id)
@@ -137,7 +139,7 @@ class Journal:
             # a power cut must never leave a data file name without its header.
             self.fs.publish(new, path)
         if self._map_chunk:
-            new.map_appends(self._map_chunk)
+            new.map_appends(self._map_chunk, self._may_allocate)
         self.head_id, self.head = file_id, new
         self._head_state = (new, file_id)
         self._on_new_file(file_id, new)
