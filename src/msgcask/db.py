@@ -803,6 +803,8 @@ class Store:
             st = os.statvfs(self.path)
         except OSError:
             return None
+        if not st.f_blocks:  # a file system that reports no sizes (some FUSE ones)
+            return None
         # Root may write into the blocks a file system keeps in reserve (ext4's
         # 5 %), which f_bavail leaves out: it is 0 on a disk full for others.
         blocks = st.f_bfree if os.geteuid() == 0 else st.f_bavail

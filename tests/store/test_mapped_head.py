@@ -175,7 +175,14 @@ def _statvfs_reporting(available: int, free: int) -> Callable[[str], Any]:
     def statvfs(path: str) -> Any:
         size = real(path).f_frsize
         return type(
-            "Vfs", (), {"f_bavail": available // size, "f_bfree": free // size, "f_frsize": size}
+            "Vfs",
+            (),
+            {
+                "f_bavail": available // size,
+                "f_bfree": free // size,
+                "f_blocks": 2**20,
+                "f_frsize": size,
+            },
         )
 
     return statvfs
@@ -229,6 +236,17 @@ def test_puts_stop_while_the_index_still_has_room(
     with msgcask.open(store_path, compaction_interval=None) as store:
         assert [m.id for m in store.queue("q").browse()] == ids
         assert store.recovery.corruptions == []
+
+
+def test_a_file_system_that_reports_no_sizes_does_not_stop_puts(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Some FUSE file systems answer statvfs with zeros: that says nothing of room.
+    with _head_needing_a_chunk(store_path, 1) as (_, q, ids):
+        zeros = type("Vfs", (), {"f_bavail": 0, "f_bfree": 0, "f_blocks": 0, "f_frsize": 4096})
+        monkeypatch.setattr(db_module.os, "statvfs", lambda path: zeros)
+        ids.append(q.put(b"fits"))
+        assert [m.id for m in q.browse()] == ids
 
 
 def test_a_quota_is_not_drained_into(
