@@ -773,11 +773,11 @@ class Store:
 
     def _append_mark(self, data: bytes) -> Position:
         """Append one DELIVER or ACK record (the caller holds the store's lock).
-        When the disk has no room left for the write head's next mapped chunk,
-        puts fail there, but this record is written with pwrite instead, as long
-        as ``_MARKS_LEAVE_FREE`` bytes stay free for the index's commits:
-        consumers can drain a nearly full disk, and the files they empty are
-        deleted."""
+        When the write head may not allocate its next mapped chunk (a nearly
+        full disk, ``_room_for_chunk``), puts fail there, but this record is
+        written with pwrite instead if ``_MARKS_LEAVE_FREE`` bytes are free
+        before it is: consumers can drain a nearly full disk, and the files they
+        empty are deleted."""
         try:
             return self._append(data, single_record=True)
         except Error as e:
