@@ -243,6 +243,26 @@ def snapshot(store: msgcask.Store, path: Path | None = None) -> dict[str, Any]:
     return state
 
 
+def statvfs_reporting(available: int, free: int) -> Callable[[str], Any]:
+    """os.statvfs, with ``available`` bytes for users and ``free`` for root."""
+    real = os.statvfs
+
+    def statvfs(path: str) -> Any:
+        size = real(path).f_frsize
+        return type(
+            "Vfs",
+            (),
+            {
+                "f_bavail": available // size,
+                "f_bfree": free // size,
+                "f_blocks": 2**20,
+                "f_frsize": size,
+            },
+        )
+
+    return statvfs
+
+
 @pytest.fixture(name="snapshot")
 def snapshot_fixture() -> Callable[..., dict[str, Any]]:
     return snapshot

@@ -790,9 +790,10 @@ class Store:
         return free is not None and free >= _MARKS_LEAVE_FREE
 
     def _room_for_chunk(self, size: int) -> bool:
-        """Whether the write head may allocate ``size`` bytes more (once per
-        chunk): puts stop while ``_INDEX_RESERVE`` is still free, since an
-        index commit that finds no room fails the whole index."""
+        """Whether ``size`` more bytes may be written for puts (asked once per
+        chunk of the write head, per batch, and per compaction output): they
+        stop while ``_INDEX_RESERVE`` is still free, since an index commit that
+        finds no room fails the whole index."""
         free = self._free_bytes()
         return free is None or free >= size + _INDEX_RESERVE
 
@@ -1190,6 +1191,12 @@ class Store:
             try:
                 if puts:
                     self._check_fits(size)
+                    if not self._room_for_chunk(size):
+                        raise Error(
+                            f"cannot write to {self.path}: no room for this batch beside the "
+                            "space kept for the index. Free disk space, then retry; nothing "
+                            "of this call was stored."
+                        )
                 file_id, offset = self._append(header + b"".join(records))
             except BaseException:
                 if created:  # a failed call changes nothing, not even the queue list

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import msgcask
-from conftest import written_size
+from conftest import statvfs_reporting, written_size
 from msgcask import db as db_module
 from msgcask.check import scan_files
 from msgcask.store import fs as fs_module
@@ -168,26 +168,6 @@ def test_a_full_disk_fails_a_get_cleanly(
         assert store._inflight[ids[0]][1] == 1
 
 
-def _statvfs_reporting(available: int, free: int) -> Callable[[str], Any]:
-    """os.statvfs, with ``available`` bytes for users and ``free`` for root."""
-    real = os.statvfs
-
-    def statvfs(path: str) -> Any:
-        size = real(path).f_frsize
-        return type(
-            "Vfs",
-            (),
-            {
-                "f_bavail": available // size,
-                "f_bfree": free // size,
-                "f_blocks": 2**20,
-                "f_frsize": size,
-            },
-        )
-
-    return statvfs
-
-
 @pytest.mark.parametrize("euid", [0, 1000])
 def test_marks_leave_room_for_the_index_on_a_nearly_full_disk(
     store_path: Path,
@@ -204,12 +184,12 @@ def test_marks_leave_room_for_the_index_on_a_nearly_full_disk(
         before = snapshot(store, store_path)
         monkeypatch.setattr(fs_module.os, "posix_fallocate", _refuse_allocation(errno.ENOSPC))
         short = (margin - 1, margin - 1) if euid else (0, margin - 1)
-        monkeypatch.setattr(db_module.os, "statvfs", _statvfs_reporting(*short))
+        monkeypatch.setattr(db_module.os, "statvfs", statvfs_reporting(*short))
         with pytest.raises(msgcask.Error, match="disk space"):
             q.get(block=False)
         assert snapshot(store, store_path) == before
         enough = (margin, margin) if euid else (0, margin)
-        monkeypatch.setattr(db_module.os, "statvfs", _statvfs_reporting(*enough))
+        monkeypatch.setattr(db_module.os, "statvfs", statvfs_reporting(*enough))
         assert q.get(block=False).id == ids[0]
 
 
@@ -225,13 +205,13 @@ def test_puts_stop_while_the_index_still_has_room(
         chunk = store._journal.head._chunk
         before = snapshot(store, store_path)
         short = chunk + reserve - 1
-        monkeypatch.setattr(db_module.os, "statvfs", _statvfs_reporting(short, short))
+        monkeypatch.setattr(db_module.os, "statvfs", statvfs_reporting(short, short))
         with pytest.raises(msgcask.Error, match="space kept for the index"):
             q.put(b"no room")
         assert snapshot(store, store_path) == before
         assert q.get(block=False).id == ids[0]  # a mark still fits without a chunk
         enough = chunk + reserve
-        monkeypatch.setattr(db_module.os, "statvfs", _statvfs_reporting(enough, enough))
+        monkeypatch.setattr(db_module.os, "statvfs", statvfs_reporting(enough, enough))
         ids.append(q.put(b"room again"))
     with msgcask.open(store_path, compaction_interval=None) as store:
         assert [m.id for m in store.queue("q").browse()] == ids

@@ -218,6 +218,14 @@ def _write_output(
 ) -> tuple[int, int, DataFile, list[int]]:
     """Write and publish the compacted file; return its id, its header's id
     floor, its handle and the offset of each copy."""
+    size = sum(len(c.data) for c in copies)
+    if not store._room_for_chunk(size):
+        # The swap's index commit would find no room, and fail the whole index.
+        raise Error(
+            f"compaction of {store.path} needs {size} bytes free beside the space kept "
+            "for the index; nothing changed. Free disk space: files that empty are "
+            "still deleted meanwhile"
+        )
     with store._lock, store._append_lock:
         out_id = store._allocate_file_id()
         id_floor = store._next_id
