@@ -118,6 +118,12 @@ class Phases:
     def enter(self, label: str) -> None:
         self.now = (label, self.now[1] + 1)
 
+    def rest(self, seconds: float) -> None:
+        """A quiet turn of ``seconds``, with GUARD counted in neither before and after."""
+        for label, wait in (("", GUARD), ("quiet", seconds), ("", GUARD)):
+            self.enter(label)
+            time.sleep(wait)
+
 
 def measure(
     probe: msgcask.Queue,
@@ -139,9 +145,9 @@ def measure(
         started = time.perf_counter()
         probe.put(b"z" * 1024)
         latency = (time.perf_counter() - started) * 1e3
-        if pass_lock is not None and (held != (now[0] == "busy") or pass_lock.locked() != held):
-            pass  # a pass started, ended or was missing during this put
-        elif now[0] and phases.now is now:
+        # With pass_lock: no pass may start, end or be missing during a counted put.
+        as_labelled = pass_lock is None or held == (now[0] == "busy") == pass_lock.locked()
+        if as_labelled and now[0] and phases.now is now:
             latencies.setdefault(now[0], []).append(latency)
             pick = after_pause if i % PAUSE_EVERY == 1 else others
             pick.setdefault(now[0], []).append(latency)
@@ -306,9 +312,7 @@ def take_turns(
             report = store.compact(threshold=0.5)
             took = time.perf_counter() - started
             calls.append(report.files_rewritten)
-            for label, seconds in (("", GUARD), ("quiet", took), ("", GUARD)):
-                phases.enter(label)
-                time.sleep(seconds)
+            phases.rest(took)
             if not report.files_rewritten:
                 return
     finally:
@@ -331,9 +335,7 @@ def resume_and_pause(
             with store._compactor.pass_lock():
                 pass  # the pass running now ends; no other starts while paused
             turns.append(1)
-            for label, seconds in (("", GUARD), ("quiet", TURN), ("", GUARD)):
-                phases.enter(label)
-                time.sleep(seconds)
+            phases.rest(TURN)
     finally:
         done.set()
 

@@ -394,7 +394,7 @@ class Store:
                 if self.options.max_store_size is not None
                 else min(_MAP_CHUNK, self.options.max_file_size)
             ),
-            may_allocate=self._room_for_chunk,
+            may_allocate=self._leaves_index_reserve,
         )
         if recovery.report.unclean:
             # Make the skipped id block durable where a rebuild looks: the header
@@ -774,7 +774,7 @@ class Store:
     def _append_mark(self, data: bytes) -> Position:
         """Append one DELIVER or ACK record (the caller holds the store's lock).
         When the write head may not allocate its next mapped chunk (a nearly
-        full disk, ``_room_for_chunk``), puts fail there, but this record is
+        full disk, ``_leaves_index_reserve``), puts fail there, but this record is
         written with pwrite instead if ``_MARKS_LEAVE_FREE`` bytes are free
         before it is: consumers can drain a nearly full disk, and the files they
         empty are deleted."""
@@ -789,7 +789,7 @@ class Store:
         free = self._free_bytes()
         return free is not None and free >= _MARKS_LEAVE_FREE
 
-    def _room_for_chunk(self, size: int) -> bool:
+    def _leaves_index_reserve(self, size: int) -> bool:
         """Whether ``size`` more bytes may be written for puts (asked once per
         chunk of the write head, per batch, and per compaction output): they
         stop while ``_INDEX_RESERVE`` is still free, since an index commit that
@@ -1159,6 +1159,12 @@ class Store:
         # (a full store must stay consumable).
         if puts:
             self._ensure_room(size)
+            if not self._leaves_index_reserve(size):  # a syscall: not under the locks
+                raise Error(
+                    f"cannot write to {self.path}: no room for this batch beside the space "
+                    "kept for the index. Free disk space, then retry; nothing of this call "
+                    "was stored."
+                )
         with self._lock, self._append_lock:
             self._check_open()
             seen: set[int] = set()
@@ -1191,12 +1197,6 @@ class Store:
             try:
                 if puts:
                     self._check_fits(size)
-                    if not self._room_for_chunk(size):
-                        raise Error(
-                            f"cannot write to {self.path}: no room for this batch beside the "
-                            "space kept for the index. Free disk space, then retry; nothing "
-                            "of this call was stored."
-                        )
                 file_id, offset = self._append(header + b"".join(records))
             except BaseException:
                 if created:  # a failed call changes nothing, not even the queue list

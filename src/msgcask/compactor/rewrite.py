@@ -219,7 +219,7 @@ def _write_output(
     """Write and publish the compacted file; return its id, its header's id
     floor, its handle and the offset of each copy."""
     size = sum(len(c.data) for c in copies)
-    if not store._room_for_chunk(size):
+    if not store._leaves_index_reserve(size):
         # The swap's index commit would find no room, and fail the whole index.
         raise Error(
             f"compaction of {store.path} needs {size} bytes free beside the space kept "
