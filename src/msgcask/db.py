@@ -1433,22 +1433,27 @@ class Store:
             dlq = dead_letter_queue or f"DLQ.{name}"
         # Dead-letter: one batch of PUT (a new id, in the DLQ) and ACK of the original.
         # Written outside the lock, since a batch may first wait for space.
-        headers = dict(put.headers)
-        headers["x-dead-letter-from"] = rt.name
-        headers["x-original-id"] = str(msg_id)
-        try:
-            self._write_batch([_PendingPut(dlq, put.body, headers, put.priority)], [msg_id])
-            return
-        except MessageTooLargeError:
-            pass  # a message put near the size limit: keeping it matters more than
-            # the two headers that say where it came from
+        headers = {**put.headers, "x-dead-letter-from": rt.name, "x-original-id": str(msg_id)}
+        # Keeping the message matters more than the two headers that say where it
+        # came from: it goes without them when they would not fit.
+        if len(headers) > fmt.MAX_HEADERS:
+            without_them = (
+                f"it carries {len(put.headers)} headers, and a message may carry {fmt.MAX_HEADERS}"
+            )
+        else:
+            try:
+                self._write_batch([_PendingPut(dlq, put.body, headers, put.priority)], [msg_id])
+                return
+            except MessageTooLargeError:
+                without_them = "with them it would not fit in a data file"
         try:
             self._write_batch([_PendingPut(dlq, put.body, put.headers, put.priority)], [msg_id])
             log.warning(
                 "msgcask: message %d dead-lettered into %r without x-dead-letter-from and "
-                "x-original-id: with them it would not fit in a data file",
+                "x-original-id: %s",
                 msg_id,
                 dlq,
+                without_them,
             )
         except MessageTooLargeError as e:
             raise MessageTooLargeError(
@@ -1481,7 +1486,7 @@ class Store:
                     put = self._read_put(msg_id, entry, quarantine=msg_id not in self._inflight)
                     if put is not None:
                         chunk.append(
-                            Message(
+                            self._message_type(  # so another store's ack refuses it
                                 msg_id,
                                 name,
                                 put.body,
@@ -1596,9 +1601,11 @@ class Store:
 
     def pause_compaction(self) -> None:
         """Stop background passes (a running pass finishes); space pressure still compacts."""
+        self._check_open()
         self._scheduler.pause()
 
     def resume_compaction(self) -> None:
+        self._check_open()
         self._scheduler.resume()
 
     @property

@@ -14,6 +14,9 @@ MAX_FILE_SIZE_LIMIT = 2**31
 # date no longer fits the platform's timers (and no store needs more).
 MAX_SYNC_INTERVAL = 3600.0
 MAX_COMPACTION_INTERVAL = 365 * 86400.0
+# The schedule counts whole microseconds and takes a zero period for one second;
+# below a millisecond, passes would run back to back anyway.
+MIN_COMPACTION_INTERVAL = 0.001
 
 
 def _check_number(name: str, value: object, *, allow_none: bool = False) -> None:
@@ -21,7 +24,7 @@ def _check_number(name: str, value: object, *, allow_none: bool = False) -> None
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):  # an int may not fit a float
         raise ValueError(f"{name} must be finite, got {value!r}")
 
 
@@ -77,10 +80,11 @@ class Options:
         check_threshold("compaction_threshold", self.compaction_threshold)
         _check_number("compaction_interval", self.compaction_interval, allow_none=True)
         if self.compaction_interval is not None and not (
-            0 < self.compaction_interval <= MAX_COMPACTION_INTERVAL
+            MIN_COMPACTION_INTERVAL <= self.compaction_interval <= MAX_COMPACTION_INTERVAL
         ):
             raise ValueError(
-                f"compaction_interval must be > 0 and at most {MAX_COMPACTION_INTERVAL:.0f} "
+                f"compaction_interval must be at least {MIN_COMPACTION_INTERVAL} seconds and at "
+                f"most {MAX_COMPACTION_INTERVAL:.0f} "
                 f"seconds (a year), or None to turn the schedule off; got {self.compaction_interval}"
             )
         if not isinstance(self.keep_data_files, bool):

@@ -23,14 +23,26 @@ class Queue:
     # Each method turns LMDB failures into IndexFailedError inline, not through a
     # wrapper like the Store's ``_index_errors``: a wrapper call would add about
     # half a microsecond to every put, get and ack.
-    __slots__ = ("_store", "name")
+    __slots__ = ("_store", "_name")
 
     def __init__(self, store: Store, name: str):
+        from msgcask.db import Store
+
+        if not isinstance(store, Store):
+            raise TypeError(f"a Queue belongs to a msgcask.Store, got {type(store).__name__}")
+        # Checked here too, not only by Store.queue: every record of this handle
+        # carries the name, and one the format cannot hold would fail the index or
+        # be dropped by a rebuild.
+        self._name = validate.queue_name(name)
         self._store = store
-        self.name = name
+
+    @property
+    def name(self) -> str:
+        """The queue's name (fixed: a handle always reaches the same queue)."""
+        return self._name
 
     def __repr__(self) -> str:
-        return f"<msgcask.Queue {self.name!r}>"
+        return f"<msgcask.Queue {self._name!r}>"
 
     def put(self, body: bytes, headers: dict[str, str] | None = None, priority: int = 4) -> int:
         """Store a message and return its id.
@@ -44,7 +56,7 @@ class Queue:
         """
         b, h, p = validate.body(body), validate.headers(headers), validate.priority(priority)
         try:
-            return self._store._put(self.name, b, h, p)
+            return self._store._put(self._name, b, h, p)
         except lmdb.Error as e:
             raise self._store._index_failed(e) from e
 
@@ -61,7 +73,7 @@ class Queue:
             raise TypeError("put_many takes an iterable of message bodies, not one body")
         hdrs = validate.headers(headers)
         prio = validate.priority(priority)
-        pending = [_PendingPut(self.name, validate.body(b), hdrs, prio) for b in bodies]
+        pending = [_PendingPut(self._name, validate.body(b), hdrs, prio) for b in bodies]
         if not pending:
             self._store._check_open()  # nothing to write, but a closed store says so
             return []
@@ -92,7 +104,7 @@ class Queue:
         if selector is not None and not callable(selector):
             raise TypeError("selector must be a callable taking the headers dict, or None")
         try:
-            return self._store._get(self.name, block, wait, selector)
+            return self._store._get(self._name, block, wait, selector)
         except lmdb.Error as e:
             raise self._store._index_failed(e) from e
 
@@ -103,7 +115,7 @@ class Queue:
         earlier delivery (the message was delivered again since) or one another
         store delivered (ids repeat across stores)."""
         try:
-            self._store._ack(self.name, message)
+            self._store._ack(self._name, message)
         except lmdb.Error as e:
             raise self._store._index_failed(e) from e
 
@@ -114,27 +126,27 @@ class Queue:
         would not fit in a data file (logged); MessageTooLargeError if even the
         copy without them does not fit, and the message stays delivered."""
         try:
-            self._store._nack(self.name, message)
+            self._store._nack(self._name, message)
         except lmdb.Error as e:
             raise self._store._index_failed(e) from e
 
     def __len__(self) -> int:
         """Live messages in the queue: available plus delivered-but-unacked."""
         try:
-            return self._store._len(self.name)
+            return self._store._len(self._name)
         except lmdb.Error as e:
             raise self._store._index_failed(e) from e
 
     def browse(self) -> Iterator[Message]:
         """Iterate over the queue's messages in delivery order without delivering them."""
         try:
-            yield from self._store._browse(self.name)
+            yield from self._store._browse(self._name)
         except lmdb.Error as e:
             raise self._store._index_failed(e) from e
 
     def purge(self) -> int:
         """Remove every available (not delivered) message; return how many."""
         try:
-            return self._store._purge(self.name)
+            return self._store._purge(self._name)
         except lmdb.Error as e:
             raise self._store._index_failed(e) from e

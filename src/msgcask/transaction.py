@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 import lmdb
 
 from msgcask import validate
-from msgcask.errors import ClosedError
 from msgcask.message import Message
 
 if TYPE_CHECKING:
@@ -19,7 +18,9 @@ class Transaction:
 
     If the block raises, nothing is written and the exception propagates.
     ``put`` returns the message's id at once (ids are reserved, and an id of a
-    rolled-back put is simply never used).
+    rolled-back put is simply never used). The id also sets the message's place in
+    its queue (priority, then id): it is queued as of the ``put`` call, ahead of
+    messages put elsewhere between that call and the commit.
     """
 
     def __init__(self, store: Store):
@@ -27,6 +28,7 @@ class Transaction:
         self._puts: list[_PendingPut] = []
         self._acks: list[int] = []
         self._done = False
+        self._failed: BaseException | None = None  # what the commit raised
         self.ids: list[int] = []
 
     def put(
@@ -72,7 +74,11 @@ class Transaction:
             try:
                 self.ids = self._store._write_batch(self._puts, self._acks)
             except lmdb.Error as e:
-                raise self._store._index_failed(e) from e
+                self._failed = self._store._index_failed(e)
+                raise self._failed from e
+            except BaseException as e:
+                self._failed = e
+                raise
         return self.ids
 
     def rollback(self) -> None:
@@ -81,10 +87,14 @@ class Transaction:
         self._acks.clear()
 
     def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise ValueError(
+                f"this transaction's commit failed ({type(self._failed).__name__}: "
+                f"{self._failed}); a transaction commits once: make a new one to try again"
+            )
         if self._done:
             raise ValueError("this transaction is already committed or rolled back")
-        if self._store._closed:
-            raise ClosedError("the store is closed")
+        self._store._check_open()
 
     def __enter__(self) -> Transaction:
         return self

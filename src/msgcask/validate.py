@@ -50,8 +50,8 @@ def headers(value: object) -> dict[str, str] | None:
         if not val.isascii():
             _utf8(val, f"the value of header {key[:40]!r},")
         out[key] = val
-    if len(out) > 0xFFFF:
-        raise ValueError("a message can carry at most 65535 headers")
+    if len(out) > fmt.MAX_HEADERS:
+        raise ValueError(f"a message can carry at most {fmt.MAX_HEADERS} headers")
     return out
 
 
@@ -93,7 +93,7 @@ def timeout(value: object) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"timeout must be a number of seconds or None, got {type(value).__name__}")
-    if math.isnan(value):
+    if isinstance(value, float) and math.isnan(value):  # not for ints: they may not fit a float
         raise ValueError("timeout must be a number of seconds, got nan")
     if value < 0:
         raise ValueError(f"timeout must be >= 0 seconds, got {value}")

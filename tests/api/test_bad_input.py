@@ -59,6 +59,8 @@ BAD_TYPE_CALLS: dict[str, BadCall] = {
     "name_int": lambda s, q: s.queue(123),
     "name_bytes": lambda s, q: s.queue(b"orders"),
     "name_none": lambda s, q: s.queue(None),
+    "handle_name_bytes": lambda s, q: msgcask.Queue(s, b"orders").put(b"x"),
+    "handle_of_no_store": lambda s, q: msgcask.Queue("store", "orders"),
     "max_deliveries_str": lambda s, q: s.queue("new", max_deliveries="3"),
     "max_deliveries_float": lambda s, q: s.queue("new", max_deliveries=1.5),
     "dead_letter_queue_int": lambda s, q: s.queue("new", max_deliveries=2, dead_letter_queue=7),
@@ -80,6 +82,11 @@ BAD_VALUE_CALLS: dict[str, BadCall] = {
     # 128 two-byte characters: 128 characters but 256 UTF-8 bytes.
     "name_256_utf8_bytes": lambda s, q: s.queue("\u00e9" * 128),
     "name_nul": lambda s, q: s.queue("a\0b"),
+    # A handle made directly checks its name as store.queue() does.
+    "handle_name_empty": lambda s, q: msgcask.Queue(s, "").put(b"x"),
+    "handle_name_256": lambda s, q: msgcask.Queue(s, _huge_name()).put(b"x"),
+    "handle_name_nul": lambda s, q: msgcask.Queue(s, "a\0b").put(b"x"),
+    "handle_name_surrogate": lambda s, q: msgcask.Queue(s, "caf\udce9").put(b"x"),
     "max_deliveries_negative": lambda s, q: s.queue("new", max_deliveries=-1),
     "dead_letter_queue_empty_name": lambda s, q: s.queue(
         "new", max_deliveries=2, dead_letter_queue=""
@@ -89,6 +96,7 @@ BAD_VALUE_CALLS: dict[str, BadCall] = {
     "max_deliveries_past_the_counter": lambda s, q: s.queue("new", max_deliveries=65536),
     "default_dead_letter_name_too_long": lambda s, q: s.queue("n" * 252, max_deliveries=1),
     "compact_threshold_zero": lambda s, q: s.compact(threshold=0),
+    "compact_threshold_huge_int": lambda s, q: s.compact(threshold=10**400),
     "put_many_priority": lambda s, q: q.put_many([b"a", b"b"], priority=11),
     "tx_put_priority": lambda s, q: _in_tx(s, lambda tx: tx.put("orders", b"x", priority=10)),
     "tx_put_name_nul": lambda s, q: _in_tx(s, lambda tx: tx.put("a\0", b"x")),
@@ -276,6 +284,12 @@ BAD_OPTIONS: dict[str, tuple[dict[str, Any], type[Exception]]] = {
     "max_file_size_tiny": ({"max_file_size": 16}, ValueError),
     "max_file_size_str": ({"max_file_size": "32MB"}, TypeError),
     "compaction_interval_negative": ({"compaction_interval": -1}, ValueError),
+    # Shorter than the schedule's microsecond, which would make it one second.
+    "compaction_interval_below_a_millisecond": ({"compaction_interval": 1e-7}, ValueError),
+    # Past what a float holds: a ValueError, not an OverflowError.
+    "sync_interval_huge_int": ({"sync_interval": 10**400}, ValueError),
+    "threshold_huge_int": ({"compaction_threshold": 10**400}, ValueError),
+    "compaction_interval_huge_int": ({"compaction_interval": 10**400}, ValueError),
     "max_store_size_negative": ({"max_store_size": -1}, ValueError),
     # Past what the platform's timers can wait: refused, not a dead background thread.
     "sync_interval_past_an_hour": ({"sync_interval": 1e300}, ValueError),
@@ -329,7 +343,7 @@ def test_open_that_fails_starting_background_work_releases_the_store(
         assert snapshot(store, store_path) == before
 
 
-@pytest.mark.parametrize("timeout", [float("inf"), 1e300, 1e10])
+@pytest.mark.parametrize("timeout", [float("inf"), 1e300, 1e10, 10**400])
 def test_timeouts_longer_than_any_wait_wait_until_a_message_comes(
     store: msgcask.Store, timeout: float
 ) -> None:
@@ -408,6 +422,19 @@ class TestDeadLetteringNearTheSizeLimit:
             assert snapshot(store, store_path) == before
             q.ack(m)  # still delivered, so the consumer can drop it
             assert len(q) == 0
+
+
+def test_a_message_with_nearly_the_most_headers_is_dead_lettered_without_the_origin_ones(
+    store: msgcask.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    headers = {str(i): "" for i in range(fmt.MAX_HEADERS - 1)}  # two more would not fit
+    q = store.queue("q", max_deliveries=1)
+    q.put(b"poison", headers=headers)
+    q.nack(q.get(block=False))
+    assert len(q) == 0
+    moved = store.queue("DLQ.q").get(block=False)
+    assert moved.body == b"poison" and moved.headers == headers
+    assert f"may carry {fmt.MAX_HEADERS}" in caplog.text
 
 
 def _compact_until_closed(
@@ -536,6 +563,21 @@ class TestAckNack:
                 call(bad)
         assert snapshot(store, store_path) == before
         q.ack(m)
+
+    def test_a_transaction_whose_commit_failed_says_so_when_used_again(
+        self, seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot
+    ) -> None:
+        store, _ = seeded
+        before = snapshot(store, store_path)
+        tx = store.transaction()
+        tx.put("orders", b"should not appear")
+        tx.ack(10**6)  # no such message: the commit fails and writes nothing
+        with pytest.raises(ValueError, match="message 1000000 is not delivered"):
+            tx.commit()
+        for again in (tx.commit, lambda: tx.put("orders", b"x"), lambda: tx.ack(1)):
+            with pytest.raises(ValueError, match=r"commit failed \(ValueError: .*make a new one"):
+                again()
+        assert snapshot(store, store_path) == before
 
     def test_transaction_with_bad_ack_applies_nothing(
         self, seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot
@@ -793,6 +835,35 @@ def test_a_message_another_store_delivered_cannot_be_acked(tmp_path: Path) -> No
         assert len(qb) == 1
         qb.ack(from_b)
         assert len(qb) == 0
+
+
+def test_a_queue_handle_keeps_its_name(store: msgcask.Store) -> None:
+    # Every record the handle writes carries the name: one the format cannot hold
+    # would fail the index, or be dropped by a rebuild with the message in it.
+    q = store.queue("orders")
+    with pytest.raises(AttributeError):
+        q.name = "x" * 300  # type: ignore[misc]
+    q.put(b"kept")
+    assert q.name == "orders" and store.queues() == ["orders"]
+
+
+def test_a_browsed_message_cannot_be_acked_by_another_store(tmp_path: Path) -> None:
+    with msgcask.open(tmp_path / "a") as a, msgcask.open(tmp_path / "b") as b:
+        qa, qb = a.queue("jobs"), b.queue("jobs")
+        qa.put(b"A")
+        qb.put(b"B")
+        qa.get(block=False)
+        from_b = qb.get(block=False)
+        listed = next(qa.browse())
+        assert listed.id == from_b.id
+        with pytest.raises(ValueError, match="another store"):
+            qb.ack(listed)
+        with pytest.raises(ValueError, match="another store"):
+            with b.transaction() as tx:
+                tx.ack(listed)
+        assert len(qb) == 1
+        qa.ack(listed)  # its own store takes it
+        assert len(qa) == 0
 
 
 def test_a_delivered_message_pickles_and_copies_as_a_plain_message(store: msgcask.Store) -> None:

@@ -528,6 +528,20 @@ class TestLifecycle:
         with msgcask.open(store_path) as again:
             assert len(again.queue("q")) == 1
 
+    def test_every_call_after_close_is_refused(self, store_path: Path) -> None:
+        store = msgcask.open(store_path)
+        tx = store.transaction()
+        store.close()
+        calls = {
+            "pause_compaction": store.pause_compaction,
+            "resume_compaction": store.resume_compaction,
+            "transaction put": lambda: tx.put("q", b"x"),
+        }
+        for name, call in calls.items():
+            with pytest.raises(msgcask.ClosedError, match="open it again"):
+                call()
+                pytest.fail(f"{name} was not refused")
+
     def test_context_manager_closes_on_exception(self, store_path: Path) -> None:
         with pytest.raises(RuntimeError):
             with msgcask.Store(store_path) as store:

@@ -54,5 +54,6 @@ MANIFEST_COUNT: Final = struct.Struct("<I")  # count(4), then count x file_id u3
 MANIFEST_ENTRY: Final = struct.Struct("<I")
 
 MAX_PRIORITY: Final = 9
+MAX_HEADERS: Final = 0xFFFF  # HEADER_COUNT is a u16
 MAX_QUEUE_NAME_BYTES: Final = 255
 MAX_DELIVERIES_COUNTED: Final = 0xFFFF  # the u16 saturates; it never wraps
