@@ -121,7 +121,11 @@ def test_the_commands_write_what_they_report(spark: Any, tmp_path: Path, scaled:
     written = json.loads(report.read_text())
     assert written["totals"]["live_messages"] == sum(n for n, _, _ in expected.values())
     assert {f["file_id"] for f in written["files"]} == set(expected)
-    assert f"{int(written['totals']['data_files'])} data files" in result.output
+    assert all(type(v) is int for v in written["totals"].values()), written["totals"]
+    assert f"{written['totals']['data_files']} data files" in result.output
+    for f in written["files"]:  # the rows documented in docs/pipeline.md
+        assert sum(q["messages"] for q in f["live_by_queue"]) == expected[f["file_id"]][0]
+        assert sum(q["bytes"] for q in f["live_by_queue"]) == f["live_bytes"]
     out = tmp_path / "dead"
     args = ["pipeline", "dead-letters", str(store), str(out), "--format", "json"]
     result = runner.invoke(main, args)
@@ -199,20 +203,46 @@ def test_the_sweep_command(spark: Any, tmp_path: Path) -> None:
     assert result.exit_code == 1 and "not a whole journal" in result.output
 
 
-@pytest.mark.parametrize("out", ["the store", "its parent", "inside it"])
+@pytest.mark.parametrize(
+    "out", ["the store", "its parent", "inside it", "the store's URI", "a data file's URI"]
+)
 def test_the_export_never_writes_over_the_store(tmp_path: Path, out: str) -> None:
     """Checked before Spark starts: --overwrite would delete the store first."""
     store = tmp_path / "store"
     pinned_store(store, lambda n: 100)
     before = sorted(p.name for p in store.iterdir())
-    target = {"the store": store, "its parent": tmp_path, "inside it": store / "dead"}[out]
+    target = {
+        "the store": str(store),
+        "its parent": str(tmp_path),
+        "inside it": str(store / "dead"),
+        "the store's URI": f"file://{store}",
+        "a data file's URI": f"file://{store}/0000000009.log",
+    }[out]
     result = CliRunner().invoke(
-        main, ["pipeline", "dead-letters", str(store), str(target), "--overwrite"]
+        main, ["pipeline", "dead-letters", str(store), target, "--overwrite"]
     )
     assert result.exit_code == 1 and "would destroy the store" in result.output
     assert sorted(p.name for p in store.iterdir()) == before
     with pytest.raises(ValueError, match="would destroy the store"):
-        export_dead_letters(None, str(store), str(target), overwrite=True)  # type: ignore[arg-type]
+        export_dead_letters(None, str(store), target, overwrite=True)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("command", ["audit", "sweep"])
+def test_a_report_never_writes_into_the_store(tmp_path: Path, command: str) -> None:
+    """Checked before Spark starts: the report would replace a data file."""
+    store = tmp_path / "store"
+    if command == "audit":
+        pinned_store(store, lambda n: 100)
+    else:
+        from test_replay import record
+
+        record(store, 100)
+    data_file = min(store.glob("*.log"))
+    before = {p.name: p.read_bytes() for p in store.iterdir() if p.is_file()}
+    for report in (data_file, store / "report.json"):
+        result = CliRunner().invoke(main, ["pipeline", command, str(store), "--json", str(report)])
+        assert result.exit_code == 2 and "would destroy the store" in result.output, result.output
+    assert {p.name: p.read_bytes() for p in store.iterdir() if p.is_file()} == before
 
 
 def test_bad_command_input_is_refused_before_spark_starts(tmp_path: Path) -> None:
@@ -227,9 +257,27 @@ def test_bad_command_input_is_refused_before_spark_starts(tmp_path: Path) -> Non
         result = runner.invoke(main, ["pipeline", *args])
         assert result.exit_code == 1 and "holds no msgcask data files" in result.output
         assert "Traceback" not in result.output
-    missing = str(tmp_path / "nowhere" / "a.json")
-    result = runner.invoke(main, ["pipeline", "audit", str(store), "--json", missing])
-    assert result.exit_code == 2 and "its directory does not exist" in result.output
+    for report, says in [
+        (tmp_path / "nowhere" / "a.json", "its directory does not exist"),
+        (tmp_path, "is a directory"),
+        (Path("/proc/a.json"), "cannot be written"),
+    ]:
+        result = runner.invoke(main, ["pipeline", "audit", str(store), "--json", str(report)])
+        assert result.exit_code == 2 and says in result.output, result.output
+    assert not Path("/proc/a.json").exists()
+
+
+def test_a_job_that_fails_in_spark_ends_with_one_line(spark: Any, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    pinned_store(store, lambda n: 50)
+    (tmp_path / "a-file").write_text("")
+    out = tmp_path / "a-file" / "dead"  # under a regular file: Spark cannot make it
+    result = CliRunner().invoke(main, ["pipeline", "dead-letters", str(store), str(out)])
+    assert result.exit_code == 1, result.output
+    assert (
+        result.output.startswith("Error: the Spark job failed: ") and "Exception" in result.output
+    )
+    assert len(result.output.splitlines()) == 1, result.output
 
 
 def test_a_bad_master_is_a_clear_error(tmp_path: Path) -> None:

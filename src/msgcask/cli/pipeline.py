@@ -15,7 +15,9 @@ from typing import Any
 import click
 
 from msgcask.errors import Error
+from msgcask.pipeline.failures import job_failure
 from msgcask.pipeline.files import list_data_files
+from msgcask.pipeline.outputs import check_report, check_spark_output
 from msgcask.pipeline.replay import DEFAULT_PASS_EVERY
 from msgcask.pipeline.session import DEFAULT_MASTER, QUIET_CONF, spark_session
 
@@ -41,13 +43,30 @@ def _spark(master: str):  # type: ignore[no-untyped-def]
     return spark
 
 
-def _check_json_out(json_out: str | None) -> None:
-    """Before the job: a report that cannot be written is better refused now."""
-    if json_out and not os.path.isdir(os.path.dirname(os.path.abspath(json_out))):
-        raise click.BadParameter(f"{json_out}: its directory does not exist", param_hint="--json")
+def _check_json_out(store: str, json_out: str | None) -> None:
+    """Before the job: a report that cannot be written, or would land in the
+    store, is better refused now."""
+    if json_out:
+        try:
+            check_report(store, json_out)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--json") from e
 
 
-@click.group()
+class _SparkJobs(click.Group):
+    """A failed Spark job is the command's error message, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except Exception as e:
+            failure = job_failure(e)
+            if failure is None:
+                raise
+            raise failure from e
+
+
+@click.group(cls=_SparkJobs)
 def pipeline() -> None:
     """Spark jobs over a store's data files: audit, export dead letters, sweep
     compaction settings over a recorded workload."""
@@ -68,27 +87,29 @@ def audit(path: str, master: str, json_out: str | None, rows: int) -> None:
     from msgcask.pipeline.audit import audit as run_audit
 
     list_data_files(path)
-    _check_json_out(json_out)
+    _check_json_out(path, json_out)
     result = run_audit(_spark(master), path)
     files = [r.asDict() for r in result.files.collect()]
-    by_queue: dict[int, list[str]] = {}
+    by_queue: dict[int, list[dict[str, Any]]] = {}
     for r in result.live_by_queue.collect():
-        by_queue.setdefault(r.file_id, []).append(f"{r.messages} in {r.queue}")
+        by_queue.setdefault(r.file_id, []).append(
+            {"queue": r.queue, "messages": r.messages, "bytes": r.bytes}
+        )
     result.release()
     t = result.totals
     ratio = f"{t['disk_bytes'] / t['live_bytes']:.1f}" if t["live_bytes"] else "-"
     click.echo(
-        f"{int(t['data_files'])} data files, {int(t['disk_bytes'])} bytes on disk; "
-        f"{int(t['live_messages'])} live messages, {int(t['live_bytes'])} live bytes "
-        f"(disk/live {ratio}); {int(t['needed_acks'])} needed acks; "
-        f"{int(t['damaged_bytes'])} damaged bytes"
+        f"{t['data_files']} data files, {t['disk_bytes']} bytes on disk; "
+        f"{t['live_messages']} live messages, {t['live_bytes']} live bytes "
+        f"(disk/live {ratio}); {t['needed_acks']} needed acks; "
+        f"{t['damaged_bytes']} damaged bytes"
     )
     click.echo(
         f"{'file':>10} {'kind':>10} {'size':>10} {'live':>10} {'ratio':>6} {'acks':>6}  kept by"
     )
     newest_journal = max((f["file_id"] for f in files if f["kind"] == "journal"), default=None)
     for f in files[:rows]:
-        kept = ", ".join(by_queue.get(f["file_id"], []))
+        kept = ", ".join(f"{q['messages']} in {q['queue']}" for q in by_queue.get(f["file_id"], []))
         if f["needed_acks"]:
             kept = ", ".join(filter(None, [kept, f"{f['needed_acks']} needed acks"]))
         if f["redundant"]:
@@ -128,11 +149,11 @@ def dead_letters(
 ) -> None:
     """Export the store's dead letters (live messages with an x-dead-letter-from
     header) with their bodies to OUT, a directory Spark writes."""
-    from msgcask.pipeline.dead_letters import check_output, export_dead_letters
+    from msgcask.pipeline.dead_letters import export_dead_letters
 
     list_data_files(path)
     try:
-        check_output(path, out, overwrite)
+        check_spark_output(path, out, overwrite)
     except ValueError as e:
         raise click.ClickException(str(e).replace("overwrite it", "pass --overwrite")) from e
     count = export_dead_letters(_spark(master), path, out, fmt, list(queues) or None, overwrite)
@@ -189,7 +210,7 @@ def sweep(
         grid = settings(_numbers(float, thresholds), _numbers(int, file_sizes))
     except (TypeError, ValueError) as e:
         raise click.BadParameter(str(e)) from e
-    _check_json_out(json_out)
+    _check_json_out(recording, json_out)
     try:
         check_recording(recording, grid)
     except ValueError as e:

@@ -47,7 +47,7 @@ class Audit:
 
     files: DataFrame
     live_by_queue: DataFrame
-    totals: dict[str, float]
+    totals: dict[str, int]
     rows: DataFrame
 
     def release(self) -> None:
@@ -127,5 +127,5 @@ def audit(spark: SparkSession, path: str, partition_bytes: int | None = None) ->
         F.sum("damaged_bytes").alias("damaged_bytes"),
     ).first()
     assert summed is not None
-    totals = {k: float(v or 0) for k, v in summed.asDict().items()}
+    totals = {k: int(v or 0) for k, v in summed.asDict().items()}
     return Audit(files, live_by_queue, totals, rows)

@@ -9,10 +9,10 @@ queues named (a dead-letter queue that also receives messages by other means).
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from msgcask.pipeline.live import counted, live_puts, read_rows
+from msgcask.pipeline.outputs import check_spark_output
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -64,19 +64,6 @@ def dead_letters(
     )
 
 
-def check_output(path: str, out: str, overwrite: bool) -> None:
-    """Refuse (``ValueError``) an ``out`` that exists without ``overwrite``, or
-    that is the store at ``path``, is inside it or holds it."""
-    store, target = os.path.realpath(path), os.path.realpath(out)
-    if target == store or store.startswith(target + os.sep) or target.startswith(store + os.sep):
-        raise ValueError(
-            f"{out} is the store, inside it or holds it: writing there would destroy the "
-            "store (Spark deletes what it overwrites). Choose a path outside the store."
-        )
-    if os.path.exists(out) and not overwrite:
-        raise ValueError(f"{out} exists: choose another path, or overwrite it")
-
-
 def export_dead_letters(
     spark: SparkSession,
     path: str,
@@ -91,7 +78,7 @@ def export_dead_letters(
     store, be inside it or hold it."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    check_output(path, out, overwrite)
+    check_spark_output(path, out, overwrite)
     frame = dead_letters(spark, path, queues).cache()  # written and counted: read once
     try:
         writer = frame.write.mode("overwrite" if overwrite else "errorifexists")

@@ -1,0 +1,108 @@
+"""Where the pipeline may write, and what a failed Spark job says; no Spark needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import msgcask
+from msgcask.pipeline.failures import job_failure
+from msgcask.pipeline.outputs import check_report, check_spark_output, local_path
+
+
+@pytest.mark.parametrize(
+    ("out", "path"),
+    [
+        ("/data/dead", "/data/dead"),
+        ("dead", "dead"),
+        ("file:///data/dead", "/data/dead"),
+        ("file://localhost/data/dead", "/data/dead"),
+        ("file:/data/dead", "/data/dead"),
+        ("FILE:///data/a%20b", "/data/a b"),
+        ("hdfs://namenode/dead", None),
+        ("s3a://bucket/dead", None),
+    ],
+)
+def test_local_path_of_an_output(out: str, path: str | None) -> None:
+    assert local_path(out) == path
+
+
+def test_a_spark_output_may_not_overlap_the_store_in_any_spelling(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    for out in (
+        f"file://{store}",
+        f"file://{store}/0000000001.log",
+        f"file://{tmp_path}",
+        f"{store}/../store/x",
+    ):
+        with pytest.raises(ValueError, match="would destroy the store"):
+            check_spark_output(str(store), out, overwrite=True)
+    check_spark_output(str(store), str(tmp_path / "elsewhere"), overwrite=False)
+    check_spark_output(str(store), "hdfs://namenode/tmp/store", overwrite=False)
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(ValueError, match="exists"):
+        check_spark_output(str(store), f"file://{tmp_path}/taken", overwrite=False)
+
+
+def test_a_report_is_tried_before_the_job_and_nothing_is_left(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    with pytest.raises(ValueError, match="would destroy the store"):
+        check_report(str(store), str(store / "0000000001.log"))
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(ValueError, match="is a directory"):
+        check_report(str(store), str(tmp_path / "elsewhere"))
+    with pytest.raises(ValueError, match="cannot be written"):
+        check_report(str(store), "/proc/report.json")
+    report = tmp_path / "report.json"
+    check_report(str(store), str(report))
+    assert not report.exists()  # tried, then taken away
+    report.write_text("kept")
+    check_report(str(store), str(report))
+    assert report.read_text() == "kept"
+
+
+def _spark_error(module: str, name: str, text: str) -> Exception:
+    """An exception as PySpark raises one: only its module, name and text matter."""
+    return type(name, (Exception,), {"__module__": module})(text)
+
+
+WORKER_TRACEBACK = """
+  An exception was thrown from the Python worker. Please see the stack trace below.
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/pyspark/worker.py", line 1247, in main
+    process()
+  File "/src/msgcask/pipeline/rows.py", line 70, in file_rows
+    raise Error(
+msgcask.errors.Error: data file 12 was deleted while the store was being read: run it again
+"""
+
+JVM_TRACE = """An error occurred while calling o93.json.
+: org.apache.hadoop.fs.ParentNotDirectoryException: /tmp/a-file (is not a directory)
+\tat org.apache.hadoop.fs.RawLocalFileSystem.mkOneDirWithMode(RawLocalFileSystem.java:709)
+\tat java.base/java.lang.Thread.run(Thread.java:840)
+"""
+
+
+def test_a_failed_job_says_one_line() -> None:
+    worker = _spark_error("pyspark.errors.exceptions.captured", "PythonException", WORKER_TRACEBACK)
+    failure = job_failure(worker)
+    assert isinstance(failure, msgcask.Error)
+    assert str(failure) == "data file 12 was deleted while the store was being read: run it again"
+    other = WORKER_TRACEBACK.replace("msgcask.errors.Error", "ZeroDivisionError")
+    said = str(job_failure(_spark_error("pyspark.errors", "PythonException", other)))
+    assert said.startswith("the Spark job failed in a worker: ZeroDivisionError: data file 12")
+    jvm = job_failure(_spark_error("py4j.protocol", "Py4JJavaError", JVM_TRACE))
+    assert str(jvm) == (
+        "the Spark job failed: org.apache.hadoop.fs.ParentNotDirectoryException: "
+        "/tmp/a-file (is not a directory)"
+    )
+    captured = _spark_error(
+        "pyspark.errors.exceptions.captured",
+        "IllegalArgumentException",
+        "java.net.URISyntaxException: Relative path in absolute URI: dl:x",
+    )
+    assert "Relative path in absolute URI: dl:x" in str(job_failure(captured))
+    assert job_failure(ValueError("not Spark's")) is None
