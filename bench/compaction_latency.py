@@ -1,7 +1,8 @@
 """Put latency while compaction runs, against the same load without it.
 
 Run: ``.venv/bin/python bench/compaction_latency.py [repeats] [--one-cpu]
-[--switch-interval SECONDS] [--lock-holds] [--pin] [--only NAME]`` (``--one-cpu``: every
+[--switch-interval SECONDS] [--lock-holds] [--pin] [--nice STEPS] [--busy N]
+[--only NAME]`` (``--one-cpu``: every
 thread on one CPU, ``msgcask.confine_to_one_cpu``; ``--switch-interval``: the
 interpreter's ``sys.setswitchinterval``, how long a thread may keep the
 interpreter lock while another waits for it, 0.005 by default;
@@ -11,7 +12,12 @@ by the compacting thread and print them by the line that took the lock;
 thread and the store's flush and compaction pool threads (through its
 ``background_cpus`` setting) on the next one, so the scheduler cannot move
 the prober onto a CPU the passes just ran on (threads the prober's thread
-starts itself, such as APScheduler's, stay with it, and only sleep); ``--only NAME``: run only the
+starts itself, such as APScheduler's, stay with it, and only sleep); ``--nice STEPS``:
+the store's background passes (each pool thread lowers itself at its first pass),
+and the passes' and churn threads this script starts, run that many nice steps
+below the prober;
+``--busy N``: N other processes keep CPUs busy all along (a loop each), for a
+machine with no CPU to spare; ``--only NAME``: run only the
 ``steady``, ``backlog``, ``interleaved`` or ``background`` measurement). Not a test: it
 prints p50 / p99 / max of single 1 KiB puts from a steady prober, and the ratio
 of the p99s, in four situations. The prober pauses after every 50th put, and the
@@ -47,6 +53,7 @@ the p99 of the other puts (``others``), to tell the two apart.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -54,7 +61,7 @@ from typing import Any
 
 import msgcask
 from scratch import scratch_dir
-from script_args import exit_if_help_asked
+from script_args import exit_if_help_asked, take_option
 
 STEADY_SECONDS = 8.0
 PAUSE_EVERY = 50  # puts between two pauses of the prober
@@ -84,14 +91,42 @@ class Pinning:
             os.sched_setaffinity(0, cpus)  # 0: the calling thread
 
 
-def on_other_cpus(work: Any) -> Any:
-    """``work`` run on the CPU of everything but the prober (with ``--pin``)."""
+NICE = 0  # --nice: steps below the prober for every thread but its own
 
-    def pinned(*args: Any) -> Any:
+
+def lower_this_thread() -> None:
+    """The calling thread, ``NICE`` steps below the priority it inherited."""
+    if NICE:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + NICE)
+
+
+def in_background(work: Any) -> Any:
+    """``work`` run on the CPU of everything but the prober (with ``--pin``),
+    ``NICE`` steps below it (with ``--nice``)."""
+
+    def placed(*args: Any) -> Any:
         Pinning.thread(Pinning.others)
+        lower_this_thread()
         return work(*args)
 
-    return pinned
+    return placed
+
+
+def lower_background_passes(store: msgcask.Store) -> None:
+    """With ``--nice``: each thread of the store's compaction pool lowers itself
+    at its first pass (through the store's private pass hook)."""
+    if not NICE:
+        return
+    inner, lowered = store._compact_in_background, threading.local()
+
+    def lowering() -> None:
+        if not getattr(lowered, "done", False):
+            lowered.done = True
+            lower_this_thread()
+        inner()
+
+    store._compact_in_background = lowering  # type: ignore[method-assign]
 
 
 # puts, p50, p99, max, p50 of the first puts after a pause, p99 of the others (ms)
@@ -198,8 +233,9 @@ def steady_run(compaction: bool) -> tuple[Measured, int]:
         compaction_interval=interval,
         background_cpus=Pinning.others,
     ) as s:
+        lower_background_passes(s)
         stop = after(STEADY_SECONDS)
-        worker = threading.Thread(target=on_other_cpus(churn), args=(s, stop))
+        worker = threading.Thread(target=in_background(churn), args=(s, stop))
         worker.start()
         result = measure_all(s.queue("probe"), stop)
         worker.join()
@@ -269,6 +305,7 @@ def backlog_store(compaction_interval: float | None = None) -> msgcask.Store:
         compaction_interval=compaction_interval,
         background_cpus=Pinning.others,
     )
+    lower_background_passes(s)
     s.pause_compaction()
     make_sparse(s.queue("load"), BACKLOG_FILES)
     # The first commit after the fill writes its 160,000 index changes: let
@@ -286,7 +323,7 @@ def backlog_run(lock_holds: bool) -> tuple[Measured, Measured, int, float, str]:
         done = threading.Event()
         rewritten = [0]
         worker = threading.Thread(
-            target=on_other_cpus(compact_until_done), args=(s, done, rewritten), name="passes"
+            target=in_background(compact_until_done), args=(s, done, rewritten), name="passes"
         )
         timed = TimedLock(s._lock, worker.name) if lock_holds else None
         if timed is not None:
@@ -348,7 +385,7 @@ def background_run() -> tuple[Measured, Measured, int, int]:
         measure_all(probe, after(0.3))
         phases, done, turns = Phases(""), threading.Event(), []
         worker = threading.Thread(
-            target=on_other_cpus(resume_and_pause), args=(s, phases, done, turns), name="turns"
+            target=in_background(resume_and_pause), args=(s, phases, done, turns), name="turns"
         )
         worker.start()
         by_phase = measure(probe, done, phases, s._compactor.pass_lock())
@@ -364,7 +401,7 @@ def interleaved_run() -> tuple[Measured, Measured, int, int]:
         measure_all(probe, after(0.3))  # warm up, as the backlog run's quiet second does
         phases, done, calls = Phases(""), threading.Event(), []
         worker = threading.Thread(
-            target=on_other_cpus(take_turns), args=(s, phases, done, calls), name="passes"
+            target=in_background(take_turns), args=(s, phases, done, calls), name="passes"
         )
         worker.start()
         by_phase = measure(probe, done, phases)
@@ -416,10 +453,9 @@ def main(repeats: int, lock_holds: bool, only: str | None) -> None:
 if __name__ == "__main__":
     exit_if_help_asked(__doc__)
     args = sys.argv[1:]
-    if "--switch-interval" in args:
-        at = args.index("--switch-interval")
-        sys.setswitchinterval(float(args[at + 1]))
-        del args[at : at + 2]
+    switch_interval = take_option(args, "--switch-interval")
+    if switch_interval is not None:
+        sys.setswitchinterval(float(switch_interval))
         print(f"switch interval {sys.getswitchinterval()} s")
     if "--one-cpu" in args and "--pin" in args:
         raise SystemExit("--one-cpu and --pin contradict each other: give one of them")
@@ -437,11 +473,25 @@ if __name__ == "__main__":
             f"the prober runs on CPU {Pinning.prober}; the passes, the churn thread and "
             f"the store's flush and pool threads on {Pinning.others}"
         )
-    only = None
-    if "--only" in args:
-        at = args.index("--only")
-        only = args[at + 1] if at + 1 < len(args) else ""
-        if only not in SITUATIONS:
-            raise SystemExit(f"--only takes one of {', '.join(SITUATIONS)}, got {only!r}")
-        del args[at : at + 2]
-    main(int(args[0]) if args else 3, lock_holds, only)
+    nice = take_option(args, "--nice")
+    if nice is not None:
+        if not (nice.isdigit() and int(nice) <= 19):
+            raise SystemExit("--nice takes a number of steps from 0 to 19")
+        NICE = int(nice)
+        print(f"the store's passes and the script's other threads run {NICE} nice steps lower")
+    busy_count = take_option(args, "--busy") or "0"
+    if not busy_count.isdigit():
+        raise SystemExit("--busy takes a number of processes")
+    busy = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(int(busy_count))
+    ]
+    if busy:
+        print(f"{len(busy)} other processes keep CPUs busy")
+    only = take_option(args, "--only")
+    if only is not None and only not in SITUATIONS:
+        raise SystemExit(f"--only takes one of {', '.join(SITUATIONS)}, got {only!r}")
+    try:
+        main(int(args[0]) if args else 3, lock_holds, only)
+    finally:
+        for process in busy:
+            process.kill()

@@ -27,3 +27,16 @@ def counts(doc: str | None, defaults: list[int]) -> list[int]:
             f"expected up to {len(defaults)} whole numbers above 0, got {args}; see --help"
         )
     return given + defaults[len(given) :]
+
+
+def take_option(args: list[str], flag: str) -> str | None:
+    """The value given after ``flag`` (both removed from ``args``), or None
+    when ``flag`` is not there."""
+    if flag not in args:
+        return None
+    at = args.index(flag)
+    if at + 1 >= len(args):
+        raise SystemExit(f"{flag} needs a value; see --help")
+    value = args[at + 1]
+    del args[at : at + 2]
+    return value
