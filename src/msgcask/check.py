@@ -12,6 +12,7 @@ every scenario, so a bookkeeping bug cannot hide behind a passing assertion.
 from __future__ import annotations
 
 import os
+import stat
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -37,6 +38,7 @@ class FileScan:
     records: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     damage: list[codec.Damage] = field(default_factory=list)
     header_error: str = ""
+    read_error: str = ""  # why the file could not be read at all ("not a regular file")
 
 
 @dataclass
@@ -64,6 +66,8 @@ class ScanReport:
     def _problems(self, skip: codec.Damage | None) -> list[str]:
         out = []
         for f in self.files:
+            if f.read_error:
+                out.append(f"{f.path}: {f.read_error}")
             if f.header_error:  # its message names the file already
                 out.append(f.header_error)
             out += [f"{f.path}: {_describe(d)}" for d in f.damage if d is not skip]
@@ -105,15 +109,12 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
         if file_id is None or (only is not None and file_id not in only):
             continue
         scan = FileScan(file_id, os.path.join(path, name))
-        try:
-            handle = fs.open(scan.path, writable=False)
-        except FileNotFoundError:
+        buf = _read(fs, scan)
+        if buf is None:
             continue
         files.append(scan)
-        try:
-            buf = handle.read_all()
-        finally:
-            handle.close()
+        if scan.read_error:
+            continue
         scan.size = len(buf)
         try:
             header = codec.decode_file_header(buf[: fmt.FILE_HEADER_SIZE], scan.path)
@@ -143,6 +144,32 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
             elif item.rtype == fmt.TYPE_ACK:
                 acks[fmt.ACK_PAYLOAD.unpack_from(buf, item.payload_start)[0]].append(file_id)
     return ScanReport(files, dict(puts), dict(acks))
+
+
+def _read(fs: FileSystem, scan: FileScan) -> bytes | None:
+    """The bytes of ``scan``'s file; None if it is gone (deleted by the store's
+    owner meanwhile); b"" with ``scan.read_error`` set if it cannot be read."""
+    try:
+        # Never open what is not a regular file: opening a FIFO waits for a writer.
+        if not stat.S_ISREG(os.stat(scan.path).st_mode):
+            scan.read_error = "not a regular file"
+            return b""
+        handle = fs.open(scan.path, writable=False)
+    except FileNotFoundError:
+        if not os.path.lexists(scan.path):
+            return None
+        scan.read_error = "cannot read: a symbolic link to a missing file"
+        return b""
+    except OSError as e:
+        scan.read_error = f"cannot read: {e.strerror or e}"
+        return b""
+    try:
+        return handle.read_all()
+    except OSError as e:  # a bad sector, say: the other files are still scanned
+        scan.read_error = f"cannot read: {e.strerror or e}"
+        return b""
+    finally:
+        handle.close()
 
 
 def verify(store: Store) -> list[str]:
@@ -183,7 +210,10 @@ def verify(store: Store) -> list[str]:
             expected[entry.file_id][1] += 1
             if entry.deliver_file:
                 expected.setdefault(entry.deliver_file, [0, 0, 0, 0])[2] += 1
-        damaged_files = {f.file_id for f in scan.files if f.damage}
+        # A file that could not be read is reported once, as that, and counts as damaged.
+        unread = {f.file_id for f in scan.files if f.read_error}
+        problems += [f"{f.path}: {f.read_error}" for f in scan.files if f.read_error]
+        damaged_files = {f.file_id for f in scan.files if f.damage} | unread
         problems += _check_counted_acks(store, scan, expected, damaged_files)
         quarantined = set(store._quarantined)
         file_live = scan.live_ids - quarantined
@@ -230,7 +260,7 @@ def verify(store: Store) -> list[str]:
                 )
         on_disk = {f.file_id: f.size for f in scan.files}
         for file_id, acct in store._acct.files.items():
-            if acct.retired:
+            if acct.retired or file_id in unread:
                 continue
             if file_id not in on_disk:
                 problems.append(f"file {file_id} is accounted but missing on disk")

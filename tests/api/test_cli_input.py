@@ -3,6 +3,10 @@ status, never a traceback, and never turns a path that is not a store into one."
 
 from __future__ import annotations
 
+import errno
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -11,7 +15,12 @@ from click.testing import CliRunner
 
 import msgcask
 from msgcask.cli.bench import bench, demo
-from msgcask.cli.main import main
+from msgcask.cli.main import _guess_file_size, main
+from msgcask.options import MAX_FILE_SIZE_LIMIT
+from msgcask.store.fs import DataFile, FileSystem
+from msgcask.workloads import runner
+
+HOLDER = Path(__file__).with_name("hold_store.py")
 
 
 def _run(command: click.Command, args: list[str]) -> tuple[int, str]:
@@ -103,3 +112,178 @@ def test_check_says_when_a_torn_tail_is_mostly_space_allocated_ahead(store_dir: 
     assert code == 1
     assert f"torn tail at offset {size}, 100012 bytes" in output, output
     assert "the last 100000 of them zero bytes: space allocated ahead of writes" in output
+
+
+def _must_not_run(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the workload ran: the bad directory should have been refused first")
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "option"),
+    [
+        (bench, ["steady", "--out", "{file}/x"], "--out"),
+        (bench, ["steady", "--out", "/proc/msgcask-out"], "--out"),
+        (bench, ["steady", "--workdir", "{missing}/x", "--out", "{out}"], "--workdir"),
+        (bench, ["steady", "--workdir", "{file}/x", "--out", "{out}"], "--workdir"),
+        (demo, ["--out", "{file}/x"], "--out"),
+    ],
+)
+def test_unusable_directories_are_usage_errors_before_the_run(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: click.Command,
+    args: list[str],
+    option: str,
+) -> None:
+    monkeypatch.setattr(runner, "run_workload", _must_not_run)
+    afile = tmp_path / "afile"
+    afile.write_text("kept")
+    names = {"file": afile, "missing": tmp_path / "missing", "out": tmp_path / "out"}
+    argv = [a.format(**names) for a in args] + ["-n", "200", "--peers", "none"]
+    code, output = _run(command, argv)
+    assert code == 2, output
+    assert f"Invalid value for {option}: cannot" in output, output
+    assert "this user can write in" in output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing made
+    assert afile.read_text() == "kept"
+
+
+@pytest.mark.parametrize("args", [["--size", "infKiB"], ["--max-file-size", "infMiB"]])
+def test_demo_refuses_infinite_sizes(tmp_path: Path, args: list[str]) -> None:
+    out = tmp_path / "out"
+    code, output = _run(demo, [*args, "--out", str(out)])
+    assert code == 2, output
+    assert "is not a size" in output
+    assert not out.exists()
+
+
+def test_the_guess_of_max_file_size_skips_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    (tmp_path / "0000000001.log").symlink_to(tmp_path / "nonexistent")
+    (tmp_path / "0000000002.log").mkdir()
+    os.mkfifo(tmp_path / "0000000003.log")
+    (tmp_path / "0000000004.log").write_bytes(bytes(100_000))
+    assert _guess_file_size(str(tmp_path)) == 128 * 1024
+
+
+def test_the_guess_of_max_file_size_is_capped_at_the_options_limit(tmp_path: Path) -> None:
+    # A data file grown past any setting (appended to by hand) must not make the
+    # guess a size the store refuses.
+    with (tmp_path / "0000000001.log").open("wb") as f:
+        f.truncate(3 * 2**30)  # sparse: takes no room
+    assert _guess_file_size(str(tmp_path)) == MAX_FILE_SIZE_LIMIT
+
+
+@pytest.mark.parametrize("args", [["stats"], ["why-kept", "1"], ["compact"], ["check", "--index"]])
+def test_a_dangling_link_named_like_a_data_file_is_no_traceback(
+    tmp_path: Path, store_dir: Path, args: list[str]
+) -> None:
+    # A file the store's owner deleted while the guess looked at it behaves the
+    # same way: the store is open elsewhere, and the open must say so.
+    holder = subprocess.Popen(
+        [sys.executable, str(HOLDER), str(store_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().startswith("held")
+        (store_dir / "0000000003.log").symlink_to(tmp_path / "nonexistent")
+        argv = [args[0], str(store_dir), *args[1:]]
+        code, output = _run(main, argv)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(60)
+    if args[0] == "check":
+        assert code == 1, output
+        assert "index not checked: the store is open in process" in output
+        assert "symbolic link to a missing file" in output
+    else:
+        assert code == 1, output
+        assert "open in another process" in output, output
+
+
+@pytest.mark.parametrize("index", [[], ["--index"]])
+def test_check_reports_a_directory_named_like_a_data_file(
+    store_dir: Path, index: list[str]
+) -> None:
+    odd = store_dir / "0000000009.log"
+    odd.mkdir()
+    code, output = _run(main, ["check", *index, str(store_dir)])
+    assert code == 1, output
+    assert f"PROBLEM: {odd}: not a regular file" in output
+    assert "1 live messages in 2 data files" in output
+    assert odd.is_dir()
+
+
+def test_check_reports_a_fifo_named_like_a_data_file_without_opening_it(
+    store_dir: Path,
+) -> None:
+    # In a child, with a time limit: opening a FIFO for reading waits for a writer.
+    fifo = store_dir / "0000000002.log"
+    os.mkfifo(fifo)
+    run = subprocess.run(
+        [sys.executable, "-m", "msgcask.cli.main", "check", str(store_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert f"PROBLEM: {fifo}: not a regular file" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("index", [[], ["--index"]])
+def test_check_reports_a_data_file_it_cannot_read(
+    store_dir: Path, monkeypatch: pytest.MonkeyPatch, index: list[str]
+) -> None:
+    # Tests run as root, which reads any file: refuse the open the way chmod 000 would.
+    locked = next(store_dir.glob("*.log"))
+    real_open = FileSystem.open
+
+    def refusing_open(self: FileSystem, path: str, *, writable: bool = True) -> DataFile:
+        if path == str(locked):
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_open(self, path, writable=writable)
+
+    monkeypatch.setattr(FileSystem, "open", refusing_open)
+    code, output = _run(main, ["check", *index, str(store_dir)])
+    assert code == 1, output
+    assert f"PROBLEM: {locked}: cannot read: Permission denied" in output
+    assert f"{locked}: not read" in output
+
+
+def test_check_index_lists_the_files_problems_when_the_store_cannot_open(
+    store_dir: Path,
+) -> None:
+    data_file = next(store_dir.glob("*.log"))
+    data_file.write_bytes(bytes(range(100)))  # a damaged file header
+    code, output = _run(main, ["check", "--index", str(store_dir)])
+    assert code == 1, output
+    lines = output.splitlines()
+    problem = next(i for i, line in enumerate(lines) if line.startswith("PROBLEM:"))
+    assert str(data_file) in lines[problem]
+    assert "0 live messages in 1 data files" in output
+    assert lines[-1].startswith("Error: index not checked: "), output
+    assert problem < len(lines) - 1
+
+
+@pytest.mark.parametrize("content", [b"0\n", b"99999999999999999999\n", b"-5\n", b"\xc2\xb2"])
+def test_check_index_ignores_a_lock_without_a_valid_pid(store_dir: Path, content: bytes) -> None:
+    (store_dir / "LOCK").write_bytes(content)
+    code, output = _run(main, ["check", "--index", str(store_dir)])
+    assert code == 0, output
+    assert "open in process" not in output
+    assert output.splitlines()[-1] == "ok"
+
+
+def test_check_with_a_lock_that_is_a_directory_is_no_traceback(store_dir: Path) -> None:
+    lock = store_dir / "LOCK"
+    lock.unlink()
+    lock.mkdir()
+    code, output = _run(main, ["check", str(store_dir)])
+    assert (code, output.splitlines()[-1]) == (0, "ok"), output
+    code, output = _run(main, ["check", "--index", str(store_dir)])
+    assert code == 1, output
+    assert "Error: index not checked: cannot use" in output
+    assert "1 live messages in 1 data files" in output

@@ -96,6 +96,19 @@ def test_no_lock_file_means_no_holder(tmp_path: Path) -> None:
     assert lock_holder(str(tmp_path / "missing")) is None
 
 
+@pytest.mark.parametrize(
+    "content", [b"0\n", b"99999999999999999999\n", b"-5\n", b"\xc2\xb2\n", b"pid\n", b""]
+)
+def test_a_lock_without_a_valid_pid_has_no_holder(lock_path: str, content: bytes) -> None:
+    Path(lock_path).write_bytes(content)
+    assert lock_holder(lock_path) is None
+
+
+def test_a_lock_that_is_a_directory_has_no_holder(lock_path: str) -> None:
+    os.mkdir(lock_path)
+    assert lock_holder(lock_path) is None
+
+
 def test_second_open_of_a_store_in_the_same_process_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "store"
     with msgcask.open(path, compaction_interval=None):

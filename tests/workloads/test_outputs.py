@@ -13,6 +13,8 @@ from click.testing import CliRunner
 from workload_sizes import Run
 
 from msgcask.cli.bench import bench, demo
+from msgcask.workloads import runner
+from msgcask.workloads.config import RunConfig
 from msgcask.workloads.report import summary, table
 from msgcask.workloads.result import space_bound_check
 from msgcask.workloads.subjects.msgcask_store import MsgcaskSubject
@@ -107,16 +109,47 @@ def test_bench_one_cpu_runs_every_thread_on_one_cpu(tmp_path: Path) -> None:
         (["--size", "1GiB"], "do not fit in a data file"),
         (["--size-mix", "--max-file-size", "64KiB"], "bodies of 65536 bytes do not fit"),
         (["--peers", "sqlite3,sqlite"], "unknown peer 'sqlite'"),
+        (["--interval", "1e-8"], "interval must be 0.01 to 3600 seconds"),
+        (["--interval", "nan"], "interval must be 0.01 to 3600 seconds"),
+        (["--interval", "inf"], "interval must be 0.01 to 3600 seconds"),
+        (["--time-limit", "nan"], "time_limit must be more than 0"),
+        (["--time-limit", "inf"], "time_limit must be more than 0"),
+        (["--size", "infKiB"], "'infKiB' is not a size"),
+        (["--max-file-size", "infMiB"], "'infMiB' is not a size"),
+        (["--max-store-size", "infGiB"], "'infGiB' is not a size"),
+        (["--rounds", "-3"], "rounds must be at least 1"),
+        (["--rounds", "0"], "rounds must be at least 1"),
+        (["--crash-messages", "-1"], "crash_messages must be at least 0"),
     ],
 )
 def test_bench_rejects_bad_values_before_running(
-    tmp_path: Path, args: list[str], says: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], says: str
 ) -> None:
+    monkeypatch.setattr(runner, "run_workload", _must_not_run)
     out = tmp_path / "out"
     result = CliRunner().invoke(bench, ["steady", "-n", "10", *args, "--out", str(out)])
     assert result.exit_code == 2, result.output
     assert says in result.output
     assert not out.exists()
+
+
+def _must_not_run(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the workload ran: the bad input should have been refused first")
+
+
+def test_run_and_write_refuses_unusable_directories_before_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "run_workload", _must_not_run)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    cfg = RunConfig(messages=10, progress=False, reopen=False)
+    with pytest.raises(ValueError, match=r"cannot write the result in .*Not a directory"):
+        runner.run_and_write(cfg, str(afile / "x"))
+    with pytest.raises(ValueError, match=r"cannot make the run's stores in .*No such file"):
+        runner.run_and_write(cfg, str(tmp_path / "out"), workdir=str(tmp_path / "missing"))
+    assert not (tmp_path / "out").exists()  # the work directory is checked first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
 def test_bench_exits_1_when_a_run_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -213,7 +246,6 @@ def test_the_reopen_after_kill_9_keeps_its_torn_tail_warning_out_of_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import msgcask
-    from msgcask.workloads.config import RunConfig
     from msgcask.workloads.crash import kept_out_of_the_log, measure_crash_reopen
 
     path = tmp_path / "crashed"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from msgcask.workloads.config import RunConfig
@@ -54,6 +56,31 @@ def test_bodies_carry_their_index_and_the_mix_has_three_sizes() -> None:
     share_small = sum(mix.size_of(i) == 512 for i in range(10_007)) / 10_007
     assert 0.75 < share_small < 0.85
     assert index_of(mix.body(123456)) == 123456
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("interval", 1e-8, "interval must be 0.01 to 3600 seconds"),
+        ("interval", math.nan, "interval must be 0.01 to 3600 seconds, not nan"),
+        ("interval", math.inf, "interval must be 0.01 to 3600 seconds, not inf"),
+        ("time_limit", math.nan, "time_limit must be more than 0"),
+        ("time_limit", math.inf, "time_limit must be more than 0"),
+        ("time_limit", 1e10, "at most 604800 seconds"),
+        ("rounds", 0, "rounds must be at least 1"),
+        ("rounds", -3, "rounds must be at least 1"),
+        ("crash_messages", -1, "crash_messages must be at least 0"),
+    ],
+)
+def test_config_refuses_numbers_out_of_range(name: str, value: float, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        RunConfig(workload="priority-pin", **{name: value})
+
+
+def test_config_takes_the_bounds_themselves() -> None:
+    cfg = RunConfig(interval=0.01, time_limit=7 * 86400, rounds=1, crash_messages=0)
+    assert cfg.pin_rounds == 1
+    assert RunConfig(interval=3600).interval == 3600
 
 
 def test_config_rejects_bad_values_and_resolves_defaults() -> None:

@@ -6,6 +6,7 @@ every command, and matplotlib or the peers are only needed by these two.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import time
@@ -26,12 +27,15 @@ def _quiet_scheduler_log() -> None:
 
 
 def _size(text: str) -> int:
-    """Bytes from '1048576', '1MiB', '64KiB', '2GiB'."""
+    """Bytes from '1048576', '1MiB', '64KiB', '2GiB'; ValueError if it is none."""
     units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "k": 2**10, "m": 2**20, "g": 2**30}
     t = text.strip().lower()
     for suffix, mult in sorted(units.items(), key=lambda kv: -len(kv[0])):
         if t.endswith(suffix):
-            return int(float(t[: -len(suffix)]) * mult)
+            number = float(t[: -len(suffix)]) * mult
+            if not math.isfinite(number):  # int() of inf overflows, of NaN fails
+                raise ValueError(f"{text!r} is not a finite size")
+            return int(number)
     return int(t)
 
 
@@ -50,6 +54,21 @@ class SizeType(click.ParamType):
 
 
 SIZE = SizeType()
+
+
+def _check_dirs(out_dir: str, workdir: str | None) -> None:
+    """A usage error now for a --workdir or --out that cannot be used, not a
+    traceback after the run (the work directory first: it creates nothing)."""
+    from msgcask.workloads.runner import check_workdir, prepare_out_dir
+
+    try:
+        check_workdir(workdir)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--workdir") from e
+    try:
+        prepare_out_dir(out_dir)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--out") from e
 
 
 @click.command()
@@ -94,7 +113,7 @@ SIZE = SizeType()
     "--rounds",
     type=int,
     default=None,
-    help="priority-pin rounds [4x the data files max_store_size holds].",
+    help="priority-pin rounds, at least 1 [4x the data files max_store_size holds].",
 )
 @click.option(
     "--depth", type=int, default=2_000_000, show_default=True, help="D: messages deep-queue puts."
@@ -156,22 +175,22 @@ SIZE = SizeType()
     type=float,
     default=0.5,
     show_default=True,
-    help="Seconds between samples; also the latency window.",
+    help="Seconds between samples, 0.01 to 3600; also the latency window.",
 )
 @click.option(
     "--crash-messages",
     type=int,
     default=20_000,
     show_default=True,
-    help="Messages the kill -9 child puts before it is killed.",
+    help="Messages the kill -9 child puts before it is killed (0 or more).",
 )
 @click.option(
     "--time-limit",
     type=float,
     default=600.0,
     show_default=True,
-    help="Seconds per subject; a run still going then stops and is marked incomplete "
-    "(a slow peer at full size can take hours).",
+    help="Seconds per subject, at most a week (604800); a run still going then stops "
+    "and is marked incomplete (a slow peer at full size can take hours).",
 )
 @click.option("--no-reopen", is_flag=True, help="Skip the reopen and kill -9 measurements.")
 @click.option(
@@ -267,6 +286,7 @@ def bench(
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from e
+    _check_dirs(out_dir, workdir)
     doc, path = run_and_write(
         cfg, out_dir, workdir=workdir, plots=not no_plots, echo=lambda m: click.echo(m, err=True)
     )
@@ -322,6 +342,8 @@ def demo(
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from e
+    if out_dir is not None:
+        _check_dirs(out_dir, None)
     out = out_dir or tempfile.mkdtemp(prefix="msgcask-demo-")
     click.echo(
         f"msgcask demo: dlq-heavy, {messages} messages of {size} B, 1 in "

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import sys
 
 import click
 
 import msgcask
-from msgcask.check import scan_files
+from msgcask.check import ScanReport, scan_files
 from msgcask.cli.bench import bench, demo
 from msgcask.cli.pipeline import pipeline
 from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE
@@ -42,13 +43,24 @@ def main() -> None:
 
 def _guess_file_size(path: str) -> int:
     """The store's max_file_size as its files suggest: the largest data file,
-    rounded up to a power of two (the setting itself is not stored)."""
-    sizes = [e.stat().st_size for e in os.scandir(path) if parse_data_file_name(e.name)]
-    largest = max(sizes, default=0)
+    rounded up to a power of two (the setting itself is not stored), and no
+    more than the setting allows (a file can outgrow it: appended to by hand)."""
+    names = [n for n in os.listdir(path) if parse_data_file_name(n)]
+    largest = max((_regular_size(os.path.join(path, n)) for n in names), default=0)
     size = MIN_FILE_SIZE
-    while size < largest:
+    while size < min(largest, MAX_FILE_SIZE_LIMIT):
         size *= 2
     return size
+
+
+def _regular_size(path: str) -> int:
+    """The size of the regular file at ``path``; 0 for anything else, or for
+    a file gone meanwhile (the open that follows says what is wrong)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
 def _require_store(path: str) -> None:
@@ -102,22 +114,40 @@ def check(path: str, index: bool, max_file_size: int | None) -> None:
         problems = report.problems
     else:
         problems, notes = report.problems_while_written()
-    for f in report.files:
-        counts = ", ".join(f"{n} {k}" for k, n in sorted(f.records.items())) or "no records"
-        click.echo(f"{f.path}: {f.size} bytes, {counts}")
+    _echo_files(report)
     for note in notes:
         click.echo(f"note: {note}")
+    failed: msgcask.Error | None = None
     if index and holder is None:
-        with _open(path, max_file_size) as store:
-            problems += [f"index: {p}" for p in store.verify()]
+        try:
+            problems += _index_problems(path, max_file_size)
+        except msgcask.Error as e:  # reported after the files' problems, which explain it
+            failed = e
     elif index:
         click.echo(f"index not checked: the store is open in process {holder}")
     click.echo(f"{len(report.live_ids)} live messages in {len(report.files)} data files")
     for problem in problems:
         click.echo(f"PROBLEM: {problem}", err=True)
+    if failed is not None:
+        raise click.ClickException(f"index not checked: {failed}")
     if problems:
         sys.exit(1)
     click.echo("ok")
+
+
+def _echo_files(report: ScanReport) -> None:
+    """One line per data file: its size and records, or that it was not read."""
+    for f in report.files:
+        if f.read_error:
+            click.echo(f"{f.path}: not read")
+            continue
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(f.records.items())) or "no records"
+        click.echo(f"{f.path}: {f.size} bytes, {counts}")
+
+
+def _index_problems(path: str, max_file_size: int | None) -> list[str]:
+    with _open(path, max_file_size) as store:
+        return [f"index: {p}" for p in store.verify()]
 
 
 @main.command()

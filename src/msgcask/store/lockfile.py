@@ -8,6 +8,8 @@ import os
 
 from msgcask.errors import StoreLockedError
 
+MAX_PID = 2**31 - 1  # the largest pid_t
+
 
 class StoreLock:
     """An exclusive ``flock`` on ``<store>/LOCK`` holding the owner's pid.
@@ -56,16 +58,20 @@ def lock_holder(path: str) -> int | None:
     """The pid holding the lock at ``path``, or None if nobody seems to hold it.
 
     Reads the pid the holder wrote and asks whether that process exists; it
-    never takes the lock itself, so it cannot get in an opener's way.
+    never takes the lock itself, so it cannot get in an opener's way. A LOCK
+    that cannot be read (missing, a directory) or holds no valid pid has no
+    live holder: no open could have written it, and opening says what is wrong.
     """
     try:
         with open(path, "rb") as f:
             text = f.read(64).decode(errors="replace").strip()
-    except FileNotFoundError:
+    except OSError:
         return None
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # isdigit() alone takes "²", int() not
         return None
     pid = int(text)
+    if not 0 < pid <= MAX_PID:  # kill(0) asks about our own group; past pid_t overflows
+        return None
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

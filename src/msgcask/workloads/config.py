@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,12 @@ MiB = 2**20
 # record headers, the queue name and the headers a workload sets (a dead-letter
 # copy's included).
 RECORD_ROOM = 512
+# Bounds of --interval, seconds: the sampler's period and the latency windows'
+# width. Each window is a row of the result, so a tiny one made millions of rows.
+MIN_INTERVAL = 0.01
+MAX_INTERVAL = 3600.0
+# The longest --time-limit, seconds (a week): the timer cannot wait much longer.
+MAX_TIME_LIMIT = 7 * 86400.0
 
 
 @dataclass
@@ -97,12 +104,13 @@ class RunConfig:
                 raise ValueError(f"{name} must be at least 1")
         if self.pin_every is not None and self.pin_every < 2:
             raise ValueError("pin_every must be at least 2")
+        if self.rounds is not None and self.rounds < 1:
+            raise ValueError("rounds must be at least 1")
+        if self.crash_messages < 0:
+            raise ValueError("crash_messages must be at least 0")
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError("threshold must be in (0, 1]")
-        if self.interval <= 0:
-            raise ValueError("interval must be positive")
-        if self.time_limit is not None and self.time_limit <= 0:
-            raise ValueError("time_limit must be positive (seconds) or None")
+        self._check_seconds()
         # The store's own checks, before any run starts rather than in the middle.
         Options(
             max_file_size=self.max_file_size,
@@ -111,6 +119,21 @@ class RunConfig:
             compaction_interval=self.compaction_interval,
             max_store_size=self.store_size_limit,
         )
+
+    def _check_seconds(self) -> None:
+        # NaN passes every comparison and infinity reaches the JSON (neither is valid
+        # JSON); a value past what a thread's timer can wait fails in the thread.
+        if not MIN_INTERVAL <= self.interval <= MAX_INTERVAL:
+            raise ValueError(
+                f"interval must be {MIN_INTERVAL:g} to {MAX_INTERVAL:g} seconds, "
+                f"not {self.interval!r}"
+            )
+        limit = self.time_limit
+        if limit is not None and not (math.isfinite(limit) and 0 < limit <= MAX_TIME_LIMIT):
+            raise ValueError(
+                f"time_limit must be more than 0 and at most {MAX_TIME_LIMIT:g} seconds "
+                f"(a week), or None; not {limit!r}"
+            )
 
     @property
     def pin_period(self) -> int:

@@ -206,11 +206,15 @@ def run_and_write(
     plots: bool = True,
     echo: Echo | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """Run, then write ``<stem>.json`` and the PNG plots into ``out_dir``; return both."""
+    """Run, then write ``<stem>.json`` and the PNG plots into ``out_dir``; return both.
+
+    ValueError, before anything runs, if ``workdir`` or ``out_dir`` cannot be used.
+    """
     from msgcask.workloads.result import write_json
 
+    check_workdir(workdir)
+    prepare_out_dir(out_dir)
     doc = run_workload(cfg, workdir, echo)
-    os.makedirs(out_dir, exist_ok=True)
     stem = stem or cfg.workload
     if plots:
         from msgcask.workloads.plots import write_plots
@@ -219,3 +223,32 @@ def run_and_write(
     path = os.path.join(out_dir, f"{stem}.json")
     write_json(doc, path)
     return doc, path
+
+
+def check_workdir(workdir: str | None) -> None:
+    """ValueError unless the run can make its stores in ``workdir`` (None: a
+    temporary directory); creates nothing there."""
+    if workdir is None:
+        return
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix="msgcask-bench-", dir=workdir))
+    except OSError as e:
+        raise ValueError(
+            f"cannot make the run's stores in {workdir}: {e.strerror or e}. Give an existing "
+            "directory this user can write in (or none, for a temporary one)"
+        ) from e
+
+
+def prepare_out_dir(out_dir: str) -> None:
+    """Create ``out_dir`` if it is missing and check that files can be written
+    in it; ValueError if not. Checked before a run, not after it, when a bad
+    directory would lose the whole run's result."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as e:
+        raise ValueError(
+            f"cannot write the result in {out_dir}: {e.strerror or e}. Give a directory "
+            "that exists or can be created, and that this user can write in"
+        ) from e
