@@ -118,6 +118,7 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
         scan.size = len(buf)
         try:
             header = codec.decode_file_header(buf[: fmt.FILE_HEADER_SIZE], scan.path)
+            codec.check_file_id(header, file_id, scan.path)  # open refuses such a file too
         except Error as e:
             scan.header_error = str(e)
             continue

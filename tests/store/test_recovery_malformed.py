@@ -14,6 +14,7 @@ import pytest
 from xxhash import xxh3_64_intdigest
 
 import msgcask
+from msgcask.check import scan_files
 from msgcask.store import codec
 from msgcask.store import format as fmt
 
@@ -49,3 +50,46 @@ def test_well_framed_but_malformed_put_is_reported_and_skipped(
         [report] = store.stats().corruptions  # found on open, or when first read
         assert (report.path, report.offset) == (str(path), fmt.FILE_HEADER_SIZE + len(good))
         assert store.verify() == []
+
+
+SHORT = {
+    "PUT of 5 bytes": codec.frame(fmt.TYPE_PUT, b"\x01" * 5),
+    "ACK of 3 bytes": codec.frame(fmt.TYPE_ACK, b"\x01\x02\x03"),
+    "ACK of 9 bytes": codec.frame(fmt.TYPE_ACK, b"\x01" * 9),
+    "DELIVER of 3 bytes": codec.frame(fmt.TYPE_DELIVER, b"\x01\x02\x03"),
+    "BATCH of 3 bytes": codec.frame(fmt.TYPE_BATCH, b"\x01\x02\x03"),
+    "MANIFEST of 2 bytes": codec.frame(fmt.TYPE_MANIFEST, b"\x01\x00"),
+    "MANIFEST naming more files than it holds": codec.frame(
+        fmt.TYPE_MANIFEST, fmt.MANIFEST_COUNT.pack(3) + fmt.MANIFEST_ENTRY.pack(7)
+    ),
+}
+
+
+@pytest.mark.parametrize("record", SHORT.values(), ids=SHORT.keys())
+@pytest.mark.parametrize("where", ["mid-file", "at the tail"])
+def test_a_record_of_the_wrong_size_is_damage_not_a_struct_error(
+    store_path: Path, record: bytes, where: str
+) -> None:
+    store_path.mkdir()
+    first, last = (codec.encode_put(i, b"q", 4, 0, b"", b"ok") for i in (1, 2))
+    after = last if where == "mid-file" else b""
+    path = store_path / "0000000001.log"
+    path.write_bytes(codec.encode_file_header(fmt.KIND_JOURNAL, 1, 1) + first + record + after)
+    problems = scan_files(str(store_path)).problems  # msgcask check
+    assert any("malformed" in p for p in problems), problems
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert [m.id for m in store.queue("q").browse()] == ([1, 2] if after else [1])
+        reasons = [r.reason for r in store.stats().corruptions]
+        assert any(r.startswith("malformed") for r in reasons), reasons
+        assert store.verify() == []
+
+
+def test_check_reports_a_data_file_whose_header_names_another(store_path: Path) -> None:
+    # Open refuses such a file (a copy or a renamed file); check must say so too.
+    store_path.mkdir()
+    header = codec.encode_file_header(fmt.KIND_JOURNAL, 4, 1)
+    (store_path / "0000000005.log").write_bytes(header + codec.encode_put(1, b"q", 4, 0, b"", b"x"))
+    problems = scan_files(str(store_path)).problems
+    assert any("header names file 4" in p for p in problems), problems
+    with pytest.raises(msgcask.CorruptionError, match="header names file 4"):
+        msgcask.open(store_path, compaction_interval=None)

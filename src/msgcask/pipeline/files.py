@@ -62,12 +62,8 @@ def list_data_files(directory: str) -> list[DataFileInfo]:
         except Error:
             kind = "unreadable"
         else:
-            if header.file_id != file_id:
-                # Recovery refuses such a file too: its records would count twice.
-                raise Error(
-                    f"{path}: header names file {header.file_id}; the file was renamed or "
-                    "copied from another store. Move it out of the store directory."
-                )
+            # Recovery refuses such a file too: its records would count twice.
+            codec.check_file_id(header, file_id, path)
             kind = KIND_NAMES[header.kind]
         found[file_id] = (path, size, kind)
     if not found:

@@ -247,6 +247,19 @@ def decode_file_header(buf: Buffer, path: str) -> FileHeader:
     return FileHeader(version, kind, file_id, id_floor)
 
 
+def check_file_id(header: FileHeader, file_id: int, path: str) -> None:
+    """Raise CorruptionError if ``header`` names another file than ``file_id``,
+    the id in the file's name."""
+    if header.file_id != file_id:
+        raise CorruptionError(
+            f"{path}: header names file {header.file_id}; the file was renamed or "
+            "copied from another store. Move it out of the store directory.",
+            path=path,
+            offset=12,
+            length=4,
+        )
+
+
 # -- scanning --------------------------------------------------------------------
 
 
@@ -297,7 +310,38 @@ def _check_record(buf: Buffer, pos: int, limit: int) -> tuple[int, int, str]:
         return 0, 0, "record runs past the end of the file"
     if xxh3_64_intdigest(buf[pos + fmt.CHECKSUM_SIZE : end]) != checksum:
         return 0, 0, "checksum mismatch"
+    if length != _PAYLOAD_SIZES.get(rtype, length):
+        return 0, 0, f"malformed {_TYPE_NAMES[rtype]}: a payload of {length} bytes"
+    if length < fmt.PUT_FIXED_SIZE and rtype == fmt.TYPE_PUT:
+        return 0, 0, f"malformed PUT: a payload of {length} bytes"
+    if rtype == fmt.TYPE_MANIFEST and not _manifest_fits(buf, pos, length):
+        return 0, 0, f"malformed MANIFEST: a payload of {length} bytes"
     return rtype, end, ""
+
+
+# A checksum proves the bytes are as written, not that a writer of this format
+# wrote them: the fixed-size payloads are checked too, so no decoder reads past
+# its record (or raises struct.error on a short one).
+_PAYLOAD_SIZES = {
+    fmt.TYPE_ACK: fmt.ACK_PAYLOAD.size,
+    fmt.TYPE_DELIVER: fmt.DELIVER_PAYLOAD.size,
+    fmt.TYPE_BATCH: fmt.BATCH_PAYLOAD.size,
+}
+_TYPE_NAMES = {
+    fmt.TYPE_PUT: "PUT",
+    fmt.TYPE_ACK: "ACK",
+    fmt.TYPE_DELIVER: "DELIVER",
+    fmt.TYPE_BATCH: "BATCH",
+    fmt.TYPE_MANIFEST: "MANIFEST",
+}
+
+
+def _manifest_fits(buf: Buffer, pos: int, length: int) -> bool:
+    """A MANIFEST's payload holds exactly the count of file ids it announces."""
+    if length < fmt.MANIFEST_COUNT.size:
+        return False
+    (count,) = fmt.MANIFEST_COUNT.unpack_from(buf, pos + fmt.RECORD_HEADER_SIZE)
+    return length == fmt.MANIFEST_COUNT.size + count * fmt.MANIFEST_ENTRY.size
 
 
 def _resync(buf: Buffer, start: int, limit: int) -> int | None:

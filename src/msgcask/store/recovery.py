@@ -145,14 +145,7 @@ def open_data_files(fs: FileSystem, directory: str, *, writable: bool = True) ->
                 fs.unlink(path)
                 torn.append(CorruptionReport(file_id, path, 0, handle.size, str(e), "removed"))
                 continue
-            if header.file_id != file_id:
-                raise CorruptionError(
-                    f"{path}: header names file {header.file_id}; the file was renamed or "
-                    "copied from another store. Move it out of the store directory.",
-                    path=path,
-                    offset=12,
-                    length=4,
-                )
+            codec.check_file_id(header, file_id, path)
             headers[file_id] = header
     except BaseException:
         for handle in handles.values():
