@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from hold_store import start_holder
 
 import msgcask
 from msgcask.cli.bench import bench, demo
@@ -19,8 +20,6 @@ from msgcask.cli.main import _guess_file_size, main
 from msgcask.options import MAX_FILE_SIZE_LIMIT
 from msgcask.store.fs import DataFile, FileSystem
 from msgcask.workloads import runner
-
-HOLDER = Path(__file__).with_name("hold_store.py")
 
 
 def _run(command: click.Command, args: list[str]) -> tuple[int, str]:
@@ -179,14 +178,8 @@ def test_a_dangling_link_named_like_a_data_file_is_no_traceback(
 ) -> None:
     # A file the store's owner deleted while the guess looked at it behaves the
     # same way: the store is open elsewhere, and the open must say so.
-    holder = subprocess.Popen(
-        [sys.executable, str(HOLDER), str(store_dir)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = start_holder(store_dir)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().startswith("held")
         (store_dir / "0000000003.log").symlink_to(tmp_path / "nonexistent")
         argv = [args[0], str(store_dir), *args[1:]]
         code, output = _run(main, argv)

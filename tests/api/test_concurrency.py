@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hold_store import start_holder
 
 import msgcask
 
-HOLDER = Path(__file__).with_name("hold_store.py")
-
 
 def test_second_process_gets_store_locked_error_naming_the_holder(store_path: Path) -> None:
-    holder = subprocess.Popen(
-        [sys.executable, str(HOLDER), str(store_path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = start_holder(store_path)
     try:
         assert holder.stdout is not None and holder.stdin is not None
-        line = holder.stdout.readline().split()
-        assert line[:1] == ["held"], f"holder did not start: {line}"
-        assert int(line[1]) == holder.pid
         with pytest.raises(msgcask.StoreLockedError) as info:
             msgcask.open(store_path)
         assert str(holder.pid) in str(info.value), "the error must name the holder's pid"
@@ -46,14 +35,7 @@ def test_second_process_gets_store_locked_error_naming_the_holder(store_path: Pa
 
 def test_lock_of_killed_holder_is_released(store_path: Path) -> None:
     # A crashed holder must not lock the store forever (no stale-lock wedging).
-    holder = subprocess.Popen(
-        [sys.executable, str(HOLDER), str(store_path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdout is not None
-    assert holder.stdout.readline().startswith("held")
+    holder = start_holder(store_path)
     holder.kill()
     holder.wait()
     with msgcask.open(store_path) as store:
