@@ -14,6 +14,7 @@ import errno
 import multiprocessing
 import os
 import resource
+import shutil
 import signal
 import threading
 import time
@@ -303,10 +304,23 @@ def test_the_cli_reports_index_failures_without_a_traceback(
         (errno.EMFILE, "ulimit -n"),
         (errno.ENFILE, "fs.file-max"),
         (errno.EIO, "Check the disk"),
+        (errno.EEXIST, "in the way"),
+        (errno.ENOTDIR, "in the way"),
     ],
 )
 def test_the_remedy_follows_the_error(code: int, advice: str) -> None:
     assert advice in disk_advice.remedy(OSError(code, os.strerror(code)))
+
+
+def test_an_index_that_is_a_file_is_named_as_in_the_way(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with msgcask.open(path) as store:
+        store.queue("q").put(b"x")
+    shutil.rmtree(path / "index")
+    (path / "index").write_text("not a directory")
+    with pytest.raises(msgcask.Error, match=r"index.*Move what is in the way"):
+        msgcask.open(path)
+    assert (path / "index").read_text() == "not a directory"
 
 
 def test_low_free_space_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

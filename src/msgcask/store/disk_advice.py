@@ -29,6 +29,12 @@ def remedy(error: OSError) -> str:
         )
     if error.errno == errno.ENFILE:
         return "Close files elsewhere or raise the system's limit on open files (fs.file-max)"
+    if error.errno in (errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+        # Say, an index that is a file: the store's names are taken by something else.
+        return (
+            "Move what is in the way out of the store's directory (index/ must be a "
+            "directory, LOCK and the data files regular files)"
+        )
     return "Check the disk"
 
 
