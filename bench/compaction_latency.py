@@ -482,15 +482,15 @@ if __name__ == "__main__":
     busy_count = take_option(args, "--busy") or "0"
     if not busy_count.isdigit():
         raise SystemExit("--busy takes a number of processes")
-    busy = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(int(busy_count))
-    ]
-    if busy:
-        print(f"{len(busy)} other processes keep CPUs busy")
     only = take_option(args, "--only")
     if only is not None and only not in SITUATIONS:
         raise SystemExit(f"--only takes one of {', '.join(SITUATIONS)}, got {only!r}")
-    try:
+    busy: list[subprocess.Popen[bytes]] = []
+    try:  # the busy processes start last, so no refused option leaves them running
+        for _ in range(int(busy_count)):
+            busy.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        if busy:
+            print(f"{len(busy)} other processes keep CPUs busy")
         main(int(args[0]) if args else 3, lock_holds, only)
     finally:
         for process in busy:

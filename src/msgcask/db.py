@@ -951,7 +951,7 @@ class Store:
             self._runtime(name)
         from msgcask.queue import Queue
 
-        return Queue(self, name)
+        return Queue._of(self, name)
 
     def _runtime(self, name: str) -> _QueueRuntime:
         rt = self._queues.get(name)

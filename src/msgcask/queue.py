@@ -36,6 +36,13 @@ class Queue:
         self._name = validate.queue_name(name)
         self._store = store
 
+    @classmethod
+    def _of(cls, store: Store, name: str) -> Queue:
+        """A handle for ``name``, which ``store`` has checked already (Store.queue)."""
+        handle = cls.__new__(cls)
+        handle._store, handle._name = store, name
+        return handle
+
     @property
     def name(self) -> str:
         """The queue's name (fixed: a handle always reaches the same queue)."""

@@ -7,10 +7,15 @@ from typing import TYPE_CHECKING
 import lmdb
 
 from msgcask import validate
+from msgcask.errors import MessageTooLargeError, StoreFullError
 from msgcask.message import Message
 
 if TYPE_CHECKING:
     from msgcask.db import Store, _PendingPut
+
+
+# Raised by a commit's checks, before the batch is appended: nothing was written.
+_REFUSED_BEFORE_WRITING = (ValueError, TypeError, StoreFullError, MessageTooLargeError)
 
 
 class Transaction:
@@ -88,10 +93,15 @@ class Transaction:
 
     def _check_usable(self) -> None:
         if self._failed is not None:
-            raise ValueError(
-                f"this transaction's commit failed ({type(self._failed).__name__}: "
-                f"{self._failed}); a transaction commits once: make a new one to try again"
-            )
+            failed = f"{type(self._failed).__name__}: {self._failed}"
+            if isinstance(self._failed, _REFUSED_BEFORE_WRITING):
+                then = "nothing of it was written: make a new transaction to try again"
+            else:  # the batch may have reached the journal before the failure
+                then = (
+                    "it may have been written whole (never in part): reopen the store and "
+                    "look before trying again in a new transaction"
+                )
+            raise ValueError(f"this transaction's commit failed ({failed}); {then}")
         if self._done:
             raise ValueError("this transaction is already committed or rolled back")
         self._store._check_open()

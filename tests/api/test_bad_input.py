@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import pytest
 import xxhash
 
@@ -575,9 +576,30 @@ class TestAckNack:
         with pytest.raises(ValueError, match="message 1000000 is not delivered"):
             tx.commit()
         for again in (tx.commit, lambda: tx.put("orders", b"x"), lambda: tx.ack(1)):
-            with pytest.raises(ValueError, match=r"commit failed \(ValueError: .*make a new one"):
+            with pytest.raises(
+                ValueError, match=r"commit failed \(ValueError: .*nothing of it was"
+            ):
                 again()
         assert snapshot(store, store_path) == before
+
+    def test_a_commit_that_failed_after_writing_does_not_invite_a_second_write(
+        self, store_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        store = msgcask.open(store_path, compaction_interval=None)
+        tx = store.transaction()
+        tx.put("orders", b"once")
+
+        def index_full(*args: object, **kwargs: object) -> None:
+            raise lmdb.MapFullError("the index is full")
+
+        monkeypatch.setattr(store._catalog, "add_many", index_full)
+        with pytest.raises(msgcask.IndexFailedError):
+            tx.commit()  # the batch is in the journal already
+        with pytest.raises(ValueError, match=r"may have been written whole.*look before"):
+            tx.put("orders", b"again")
+        store.close()
+        with msgcask.open(store_path, compaction_interval=None) as again:
+            assert [m.body for m in again.queue("orders").browse()] == [b"once"]
 
     def test_transaction_with_bad_ack_applies_nothing(
         self, seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot

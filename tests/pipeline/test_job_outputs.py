@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -19,13 +20,35 @@ from msgcask.pipeline.outputs import check_report, check_spark_output, local_pat
         ("file:///data/dead", "/data/dead"),
         ("file://localhost/data/dead", "/data/dead"),
         ("file:/data/dead", "/data/dead"),
-        ("FILE:///data/a%20b", "/data/a b"),
+        # Taken as Hadoop takes it: literally.
+        ("FILE:///data/a%20b", "/data/a%20b"),
+        ("file:///data/st#1?x", "/data/st#1?x"),
         ("hdfs://namenode/dead", None),
         ("s3a://bucket/dead", None),
     ],
 )
 def test_local_path_of_an_output(out: str, path: str | None) -> None:
     assert local_path(out) == path
+
+
+def test_a_report_path_is_local_even_with_a_colon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The driver writes it with open(): "ru:n/x" is a relative path, not a URI.
+    monkeypatch.chdir(tmp_path)
+    os.mkdir("ru:n")
+    with pytest.raises(ValueError, match="would destroy the store"):
+        check_report("ru:n", "ru:n/0000000001.log")
+
+
+def test_a_uri_is_compared_with_the_store_literally(tmp_path: Path) -> None:
+    for name in ("st%41", "st#1", "a b"):
+        store = tmp_path / name
+        store.mkdir()
+        with pytest.raises(ValueError, match="would destroy the store"):
+            check_spark_output(str(store), f"file://{store}", overwrite=True)
+    # Spark writes "a%20b" for this URI, not the store "a b".
+    check_spark_output(str(tmp_path / "a b"), f"file://{tmp_path}/a%20b", overwrite=False)
 
 
 def test_a_spark_output_may_not_overlap_the_store_in_any_spelling(tmp_path: Path) -> None:
@@ -52,8 +75,12 @@ def test_a_report_is_tried_before_the_job_and_nothing_is_left(tmp_path: Path) ->
     with pytest.raises(ValueError, match="would destroy the store"):
         check_report(str(store), str(store / "0000000001.log"))
     (tmp_path / "elsewhere").mkdir()
-    with pytest.raises(ValueError, match="is a directory"):
-        check_report(str(store), str(tmp_path / "elsewhere"))
+    os.mkfifo(tmp_path / "pipe")  # opening it would wait for a reader
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere" / "report.json")
+    for odd in ("elsewhere", "pipe", "link"):
+        with pytest.raises(ValueError, match="is not a regular file"):
+            check_report(str(store), str(tmp_path / odd))
+    assert (tmp_path / "link").is_symlink() and not (tmp_path / "nowhere").exists()
     with pytest.raises(ValueError, match="cannot be written"):
         check_report(str(store), "/proc/report.json")
     report = tmp_path / "report.json"
@@ -91,9 +118,21 @@ def test_a_failed_job_says_one_line() -> None:
     failure = job_failure(worker)
     assert isinstance(failure, msgcask.Error)
     assert str(failure) == "data file 12 was deleted while the store was being read: run it again"
-    other = WORKER_TRACEBACK.replace("msgcask.errors.Error", "ZeroDivisionError")
-    said = str(job_failure(_spark_error("pyspark.errors", "PythonException", other)))
-    assert said.startswith("the Spark job failed in a worker: ZeroDivisionError: data file 12")
+    for raised in ("ZeroDivisionError: division by zero", "AssertionError", "struct.error: short"):
+        other = WORKER_TRACEBACK.replace(WORKER_TRACEBACK.splitlines()[-1], raised)
+        said = str(job_failure(_spark_error("pyspark.errors", "PythonException", other)))
+        assert said == f"the Spark job failed in a worker: {raised}"
+    # A JVM failure that quotes the worker's traceback: the worker's error is the cause.
+    quoting = _spark_error(
+        "py4j.protocol",
+        "Py4JJavaError",
+        "An error occurred while calling o93.json.\n: org.apache.spark.SparkException: Job "
+        "aborted due to stage failure: Task 0 failed: org.apache.spark.api.python."
+        "PythonException: Traceback (most recent call last):"
+        + WORKER_TRACEBACK.split("(most recent call last):", 1)[1]
+        + "\tat org.apache.spark.api.python.BasePythonRunner.run(PythonRunner.scala:572)\n",
+    )
+    assert str(job_failure(quoting)) == str(failure)
     jvm = job_failure(_spark_error("py4j.protocol", "Py4JJavaError", JVM_TRACE))
     assert str(jvm) == (
         "the Spark job failed: org.apache.hadoop.fs.ParentNotDirectoryException: "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -107,6 +108,15 @@ def test_a_lock_without_a_valid_pid_has_no_holder(lock_path: str, content: bytes
 def test_a_lock_that_is_a_directory_has_no_holder(lock_path: str) -> None:
     os.mkdir(lock_path)
     assert lock_holder(lock_path) is None
+
+
+def test_a_lock_that_is_a_pipe_has_no_holder_and_is_not_opened(lock_path: str) -> None:
+    os.mkfifo(lock_path)  # opening it would wait for a writer for ever
+    said: list[int | None] = []
+    asking = threading.Thread(target=lambda: said.append(lock_holder(lock_path)), daemon=True)
+    asking.start()
+    asking.join(30)
+    assert said == [None], "lock_holder waited on the pipe"
 
 
 def test_second_open_of_a_store_in_the_same_process_is_refused(tmp_path: Path) -> None:

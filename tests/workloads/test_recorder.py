@@ -66,7 +66,7 @@ def test_bodies_carry_their_index_and_the_mix_has_three_sizes() -> None:
         ("interval", math.inf, "interval must be 0.01 to 3600 seconds, not inf"),
         ("time_limit", math.nan, "time_limit must be more than 0"),
         ("time_limit", math.inf, "time_limit must be more than 0"),
-        ("time_limit", 1e10, "at most 604800 seconds"),
+        ("time_limit", 1e10, "time_limit must be more than 0 and at most 1e"),
         ("rounds", 0, "rounds must be at least 1"),
         ("rounds", -3, "rounds must be at least 1"),
         ("crash_messages", -1, "crash_messages must be at least 0"),
@@ -78,7 +78,7 @@ def test_config_refuses_numbers_out_of_range(name: str, value: float, says: str)
 
 
 def test_config_takes_the_bounds_themselves() -> None:
-    cfg = RunConfig(interval=0.01, time_limit=7 * 86400, rounds=1, crash_messages=0)
+    cfg = RunConfig(interval=0.01, time_limit=1e9, rounds=1, crash_messages=0)
     assert cfg.pin_rounds == 1
     assert RunConfig(interval=3600).interval == 3600
 

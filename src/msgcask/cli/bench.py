@@ -189,7 +189,7 @@ def _check_dirs(out_dir: str, workdir: str | None) -> None:
     type=float,
     default=600.0,
     show_default=True,
-    help="Seconds per subject, at most a week (604800); a run still going then stops "
+    help="Seconds per subject, at most 1e9 (no limit, in effect); a run still going then stops "
     "and is marked incomplete (a slow peer at full size can take hours).",
 )
 @click.option("--no-reopen", is_flag=True, help="Skip the reopen and kill -9 measurements.")

@@ -2,8 +2,9 @@
 
 PySpark raises a worker's exception as a ``PythonException`` holding the whole
 Python traceback, and a JVM failure as a ``Py4JJavaError`` (or one of PySpark's
-captured exceptions) holding the Java stack: a hundred lines in which the cause,
-often a msgcask error that says what to do, is one.
+captured exceptions) holding the Java stack, which may itself quote a worker's
+Python traceback: a hundred lines in which the cause, often a msgcask error that
+says what to do, is one.
 """
 
 from __future__ import annotations
@@ -12,20 +13,35 @@ import re
 
 from msgcask.errors import Error
 
-_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.$]*(?:Error|Exception)): (.+)$")
+_TRACEBACK = "Traceback (most recent call last):"
+_JAVA_EXCEPTION = re.compile(r"^[\w.$]+(?:Exception|Error)(?:: .*)?$")
 
 
 def job_failure(e: BaseException) -> Error | None:
     """The msgcask ``Error`` to report for ``e``, or None if ``e`` is not Spark's."""
     if not type(e).__module__.startswith(("pyspark", "py4j")):
         return None
-    # A Py4JJavaError's cause follows "An error occurred while calling ...", after ": ".
-    lines = [line.strip().removeprefix(": ") for line in str(e).splitlines() if line.strip()]
-    causes = [m for m in map(_EXCEPTION_LINE.match, lines) if m]
-    if type(e).__name__ == "PythonException" and causes:
-        name, message = causes[-1].groups()  # the worker's own, after the frames
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    raised = _python_exception(lines)
+    if raised is not None:
+        name, _, message = raised.partition(": ")
         if name.startswith("msgcask.errors."):
             return Error(message)
-        return Error(f"the Spark job failed in a worker: {name.rsplit('.', 1)[-1]}: {message}")
-    cause = causes[0].group(0) if causes else (lines[0] if lines else type(e).__name__)
-    return Error(f"the Spark job failed: {cause}")
+        return Error(f"the Spark job failed in a worker: {raised}")
+    # A Py4JJavaError's cause follows "An error occurred while calling ...", after ": ".
+    stripped = [line.strip().removeprefix(": ") for line in lines]
+    cause = next((line for line in stripped if _JAVA_EXCEPTION.match(line)), None)
+    first = stripped[0] if stripped else type(e).__name__
+    return Error(f"the Spark job failed: {cause or first}")
+
+
+def _python_exception(lines: list[str]) -> str | None:
+    """The exception line of the last Python traceback quoted in ``lines``: the
+    first line after it that is not indented (its frames are)."""
+    starts = [i for i, line in enumerate(lines) if line.strip().endswith(_TRACEBACK)]
+    if not starts:
+        return None
+    for line in lines[starts[-1] + 1 :]:
+        if not line[:1].isspace():
+            return line.strip()
+    return None

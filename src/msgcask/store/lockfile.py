@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 
 from msgcask.errors import StoreLockedError
 
@@ -59,10 +60,13 @@ def lock_holder(path: str) -> int | None:
 
     Reads the pid the holder wrote and asks whether that process exists; it
     never takes the lock itself, so it cannot get in an opener's way. A LOCK
-    that cannot be read (missing, a directory) or holds no valid pid has no
+    that cannot be read (missing, a directory, a pipe) or holds no valid pid has no
     live holder: no open could have written it, and opening says what is wrong.
     """
     try:
+        # Opening a pipe would wait for a writer: only a regular file is read.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         with open(path, "rb") as f:
             text = f.read(64).decode(errors="replace").strip()
     except OSError:

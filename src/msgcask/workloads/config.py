@@ -31,8 +31,9 @@ RECORD_ROOM = 512
 # width. Each window is a row of the result, so a tiny one made millions of rows.
 MIN_INTERVAL = 0.01
 MAX_INTERVAL = 3600.0
-# The longest --time-limit, seconds (a week): the timer cannot wait much longer.
-MAX_TIME_LIMIT = 7 * 86400.0
+# The longest --time-limit, seconds (about 31 years, so "1e9" means no limit):
+# threading's waits fail past threading.TIMEOUT_MAX (about 292 years).
+MAX_TIME_LIMIT = 1e9
 
 
 @dataclass
@@ -131,8 +132,8 @@ class RunConfig:
         limit = self.time_limit
         if limit is not None and not (math.isfinite(limit) and 0 < limit <= MAX_TIME_LIMIT):
             raise ValueError(
-                f"time_limit must be more than 0 and at most {MAX_TIME_LIMIT:g} seconds "
-                f"(a week), or None; not {limit!r}"
+                f"time_limit must be more than 0 and at most {MAX_TIME_LIMIT:g} seconds, "
+                f"or None; not {limit!r}"
             )
 
     @property
