@@ -303,33 +303,33 @@ def _check_record(buf: Buffer, pos: int, limit: int) -> tuple[int, int, str]:
     if limit - pos < fmt.RECORD_HEADER_SIZE:
         return 0, 0, "truncated record header"
     checksum, length, rtype = fmt.RECORD_HEADER.unpack_from(buf, pos)
-    if rtype not in fmt.RECORD_TYPES:
+    least = _LEAST_PAYLOAD.get(rtype)  # None: not a record type
+    if least is None:
         return 0, 0, f"unknown record type 0x{rtype:02x}"
     end = pos + fmt.RECORD_HEADER_SIZE + length
     if end > limit:
         return 0, 0, "record runs past the end of the file"
     if xxh3_64_intdigest(buf[pos + fmt.CHECKSUM_SIZE : end]) != checksum:
         return 0, 0, "checksum mismatch"
-    # PUT first: most records are PUTs, and this runs for every record on recovery.
-    if rtype == fmt.TYPE_PUT:
-        fits = length >= fmt.PUT_FIXED_SIZE
-    elif rtype == fmt.TYPE_MANIFEST:
-        fits = _manifest_fits(buf, pos, length)
-    else:
-        fits = length == _PAYLOAD_SIZES[rtype]
-    if not fits:
+    # Two comparisons: this runs for every record on recovery.
+    if length < least or (rtype == _MANIFEST and not _manifest_fits(buf, pos, length)):
         return 0, 0, f"malformed {_TYPE_NAMES[rtype]}: a payload of {length} bytes"
     return rtype, end, ""
 
 
 # A checksum proves the bytes are as written, not that a writer of this format
-# wrote them: the fixed-size payloads are checked too, so no decoder reads past
-# its record (or raises struct.error on a short one).
-_PAYLOAD_SIZES = {
+# wrote them: a payload too short for its type's fixed fields (or a MANIFEST
+# naming more files than it holds) is damage, so no decoder reads past its
+# record or raises struct.error. Bytes past the fixed fields are not read.
+_LEAST_PAYLOAD = {
+    fmt.TYPE_PUT: fmt.PUT_FIXED_SIZE,
     fmt.TYPE_ACK: fmt.ACK_PAYLOAD.size,
     fmt.TYPE_DELIVER: fmt.DELIVER_PAYLOAD.size,
     fmt.TYPE_BATCH: fmt.BATCH_PAYLOAD.size,
+    fmt.TYPE_MANIFEST: fmt.MANIFEST_COUNT.size,
 }
+assert set(_LEAST_PAYLOAD) == fmt.RECORD_TYPES
+_MANIFEST = fmt.TYPE_MANIFEST
 _TYPE_NAMES = {
     fmt.TYPE_PUT: "PUT",
     fmt.TYPE_ACK: "ACK",
