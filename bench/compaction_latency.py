@@ -485,6 +485,8 @@ if __name__ == "__main__":
     only = take_option(args, "--only")
     if only is not None and only not in SITUATIONS:
         raise SystemExit(f"--only takes one of {', '.join(SITUATIONS)}, got {only!r}")
+    if args and not args[0].isdigit():
+        raise SystemExit(f"repeats is a whole number, got {args[0]!r}; see --help")
     busy: list[subprocess.Popen[bytes]] = []
     try:  # the busy processes start last, so no refused option leaves them running
         for _ in range(int(busy_count)):

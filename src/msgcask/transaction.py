@@ -7,15 +7,10 @@ from typing import TYPE_CHECKING
 import lmdb
 
 from msgcask import validate
-from msgcask.errors import MessageTooLargeError, StoreFullError
 from msgcask.message import Message
 
 if TYPE_CHECKING:
     from msgcask.db import Store, _PendingPut
-
-
-# Raised by a commit's checks, before the batch is appended: nothing was written.
-_REFUSED_BEFORE_WRITING = (ValueError, TypeError, StoreFullError, MessageTooLargeError)
 
 
 class Transaction:
@@ -34,6 +29,7 @@ class Transaction:
         self._acks: list[int] = []
         self._done = False
         self._failed: BaseException | None = None  # what the commit raised
+        self._maybe_written = False  # the journal grew while the failed commit ran
         self.ids: list[int] = []
 
     def put(
@@ -76,14 +72,19 @@ class Transaction:
         self._check_usable()
         self._done = True
         if self._puts or self._acks:
+            # A failed append leaves the journal as it was, so an unchanged length
+            # means the batch is not there (another thread's append only makes
+            # the answer "maybe", never a wrong "no").
+            journal = self._store._journal
+            before = journal.bytes_written
             try:
                 self.ids = self._store._write_batch(self._puts, self._acks)
-            except lmdb.Error as e:
-                self._failed = self._store._index_failed(e)
-                raise self._failed from e
             except BaseException as e:
-                self._failed = e
-                raise
+                self._maybe_written = journal.bytes_written != before
+                self._failed = self._store._index_failed(e) if isinstance(e, lmdb.Error) else e
+                if self._failed is e:
+                    raise
+                raise self._failed from e
         return self.ids
 
     def rollback(self) -> None:
@@ -94,9 +95,9 @@ class Transaction:
     def _check_usable(self) -> None:
         if self._failed is not None:
             failed = f"{type(self._failed).__name__}: {self._failed}"
-            if isinstance(self._failed, _REFUSED_BEFORE_WRITING):
+            if not self._maybe_written:
                 then = "nothing of it was written: make a new transaction to try again"
-            else:  # the batch may have reached the journal before the failure
+            else:
                 then = (
                     "it may have been written whole (never in part): reopen the store and "
                     "look before trying again in a new transaction"

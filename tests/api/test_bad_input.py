@@ -601,6 +601,19 @@ class TestAckNack:
         with msgcask.open(store_path, compaction_interval=None) as again:
             assert [m.body for m in again.queue("orders").browse()] == [b"once"]
 
+    def test_a_commit_refused_before_writing_says_nothing_was_written(
+        self, store: msgcask.Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A plain msgcask Error, raised before the append: the type alone cannot tell.
+        monkeypatch.setattr(store, "_free_bytes", lambda: 0)
+        tx = store.transaction()
+        tx.put("orders", b"never")
+        with pytest.raises(msgcask.Error, match="nothing of this call was stored"):
+            tx.commit()
+        with pytest.raises(ValueError, match="nothing of it was written"):
+            tx.commit()
+        assert len(store.queue("orders")) == 0
+
     def test_transaction_with_bad_ack_applies_nothing(
         self, seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot
     ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -75,12 +76,25 @@ def test_a_report_is_tried_before_the_job_and_nothing_is_left(tmp_path: Path) ->
     with pytest.raises(ValueError, match="would destroy the store"):
         check_report(str(store), str(store / "0000000001.log"))
     (tmp_path / "elsewhere").mkdir()
-    os.mkfifo(tmp_path / "pipe")  # opening it would wait for a reader
     (tmp_path / "link").symlink_to(tmp_path / "nowhere" / "report.json")
-    for odd in ("elsewhere", "pipe", "link"):
-        with pytest.raises(ValueError, match="is not a regular file"):
+    for odd, says in (("elsewhere", "is a directory"), ("link", "is a link to nothing")):
+        with pytest.raises(ValueError, match=says):
             check_report(str(store), str(tmp_path / odd))
     assert (tmp_path / "link").is_symlink() and not (tmp_path / "nowhere").exists()
+    # A device or a pipe is taken as it is, and not opened now: opening the pipe
+    # would wait for a reader.
+    os.mkfifo(tmp_path / "pipe")
+    done: list[str] = []
+
+    def check_both() -> None:
+        for taken in (str(tmp_path / "pipe"), "/dev/null"):
+            check_report(str(store), taken)
+            done.append(taken)
+
+    checking = threading.Thread(target=check_both, daemon=True)
+    checking.start()
+    checking.join(30)
+    assert done == [str(tmp_path / "pipe"), "/dev/null"], f"check_report waited: {done}"
     with pytest.raises(ValueError, match="cannot be written"):
         check_report(str(store), "/proc/report.json")
     report = tmp_path / "report.json"
@@ -144,4 +158,6 @@ def test_a_failed_job_says_one_line() -> None:
         "java.net.URISyntaxException: Relative path in absolute URI: dl:x",
     )
     assert "Relative path in absolute URI: dl:x" in str(job_failure(captured))
+    bare = WORKER_TRACEBACK.replace(WORKER_TRACEBACK.splitlines()[-1], "msgcask.errors.Error")
+    assert str(job_failure(_spark_error("pyspark.errors", "PythonException", bare))) == "Error"
     assert job_failure(ValueError("not Spark's")) is None

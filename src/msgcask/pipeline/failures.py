@@ -26,7 +26,7 @@ def job_failure(e: BaseException) -> Error | None:
     if raised is not None:
         name, _, message = raised.partition(": ")
         if name.startswith("msgcask.errors."):
-            return Error(message)
+            return Error(message or name.rsplit(".", 1)[-1])
         return Error(f"the Spark job failed in a worker: {raised}")
     # A Py4JJavaError's cause follows "An error occurred while calling ...", after ": ".
     stripped = [line.strip().removeprefix(": ") for line in lines]

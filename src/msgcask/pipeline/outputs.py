@@ -56,26 +56,41 @@ def check_spark_output(store: str, out: str, overwrite: bool) -> None:
 
 def check_report(store: str, out: str) -> None:
     """A local file the driver will write after the job: refused (ValueError)
-    if it overlaps the store, is not a regular file, or cannot be written.
-    Nothing is left changed: an existing file is opened for appending only, a
-    new one is created and removed."""
+    if it overlaps the store, is a directory or a link to nothing, or cannot be
+    written. Nothing is left changed: an existing regular file is opened for
+    appending only, a new one is created and removed, and a device or a pipe
+    (``/dev/stdout``, say) is not opened now: a pipe would wait for a reader,
+    or tell its reader the stream had ended."""
     _refuse_overlap(store, out, out)
     if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
         raise ValueError(f"{out}: its directory does not exist")
-    if os.path.lexists(out):
-        try:
-            regular = stat.S_ISREG(os.stat(out).st_mode)
-        except OSError:  # a link to nothing: writing through it would make its target
-            regular = False
-        if not regular:  # a directory, a pipe (opening it would wait), a link to nothing
-            raise ValueError(f"{out} is not a regular file: give a file's path")
-    # Tried, not predicted from permissions: root, read-only mounts and /proc
-    # answer os.access differently from open.
     try:
-        if os.path.lexists(out):
-            os.close(os.open(out, os.O_WRONLY | os.O_APPEND))
-        else:
-            os.close(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-            os.unlink(out)
+        mode = os.stat(out).st_mode
+    except FileNotFoundError:
+        if os.path.lexists(out):  # writing through it would create its target
+            raise ValueError(f"{out} is a link to nothing: give a file's path") from None
+        _try_writing(out, os.O_CREAT | os.O_EXCL)
+        return
     except OSError as e:
         raise ValueError(f"{out} cannot be written: {e.strerror or e}") from None
+    if stat.S_ISDIR(mode):
+        raise ValueError(f"{out} is a directory: give a file's path")
+    if stat.S_ISREG(mode):
+        _try_writing(out, 0)
+
+
+def _try_writing(out: str, create: int) -> None:
+    """Open ``out`` for writing as the report will be (``create``: O_CREAT|O_EXCL
+    for a new file, removed again), and close it. Tried, not predicted from
+    permissions: root, read-only mounts and /proc answer os.access differently."""
+    # O_NONBLOCK: should a pipe take the file's place meanwhile, the open fails or
+    # returns at once instead of waiting for a reader.
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC | create
+    try:
+        os.close(os.open(out, flags, 0o644))
+    except FileExistsError:
+        return  # made meanwhile by someone else: the report will replace it
+    except OSError as e:
+        raise ValueError(f"{out} cannot be written: {e.strerror or e}") from None
+    if create:
+        os.unlink(out)
