@@ -24,8 +24,7 @@ from typing import Any
 import pytest
 
 import msgcask
-from msgcask.store import codec
-from msgcask.store import format as fmt
+from disk_files import written_size
 
 BIG_SCALE = 10.0
 DATA_FILE_RE = re.compile(r"^\d{10}\.log$")
@@ -169,16 +168,6 @@ def data_files(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if DATA_FILE_RE.match(p.name))
 
 
-def written_size(path: Path) -> int:
-    """Bytes of a data file up to its last record: an open store's write head
-    also holds a preallocated tail of zeros, which is not part of its data."""
-    data = path.read_bytes()
-    for item in codec.scan(data, min(len(data), fmt.FILE_HEADER_SIZE)):
-        if isinstance(item, codec.Damage) and item.unused:
-            return item.offset
-    return len(data)
-
-
 def unexpected_entries(path: Path) -> list[str]:
     """Names in a store directory other than data files, ``index/`` and ``LOCK``."""
     bad = []
@@ -241,26 +230,6 @@ def snapshot(store: msgcask.Store, path: Path | None = None) -> dict[str, Any]:
     if path is not None:
         state["files"] = {p.name: written_size(p) for p in data_files(path)}
     return state
-
-
-def statvfs_reporting(available: int, free: int) -> Callable[[str], Any]:
-    """os.statvfs, with ``available`` bytes for users and ``free`` for root."""
-    real = os.statvfs
-
-    def statvfs(path: str) -> Any:
-        size = real(path).f_frsize
-        return type(
-            "Vfs",
-            (),
-            {
-                "f_bavail": available // size,
-                "f_bfree": free // size,
-                "f_blocks": 2**20,
-                "f_frsize": size,
-            },
-        )
-
-    return statvfs
 
 
 @pytest.fixture(name="snapshot")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgcask
-from conftest import written_size
+from disk_files import written_size
 from msgcask.store.fs import DataFile, FileSystem
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import msgcask
-from conftest import statvfs_reporting
+from disk_files import statvfs_reporting
 from msgcask import db as db_module
 
 

@@ -26,7 +26,7 @@ import pytest
 from faulty_fs import FaultyFileSystem, abandon
 
 import msgcask
-from conftest import written_size
+from disk_files import written_size
 from msgcask.index import keys
 from msgcask.store import codec
 from msgcask.store import format as fmt

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import msgcask
-from conftest import statvfs_reporting, written_size
+from disk_files import statvfs_reporting, written_size
 from msgcask import db as db_module
 from msgcask.check import scan_files
 from msgcask.store import fs as fs_module
