@@ -86,14 +86,6 @@ def _describe(d: codec.Damage) -> str:
     return text
 
 
-_NAMES = {
-    fmt.TYPE_PUT: "put",
-    fmt.TYPE_ACK: "ack",
-    fmt.TYPE_DELIVER: "deliver",
-    fmt.TYPE_MANIFEST: "manifest",
-}
-
-
 def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = None) -> ScanReport:
     """Read every data file of the store at ``path`` (read-only) and parse it
     (only the files ``only`` names, if given). A file that disappears while the
@@ -130,7 +122,7 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
                 else:
                     scan.damage.append(item)
                 continue
-            scan.records[_NAMES.get(item.rtype, "other")] += 1
+            scan.records[fmt.RECORD_TYPE_NAMES[item.rtype]] += 1
             if item.rtype == fmt.TYPE_PUT:
                 try:
                     meta = codec.decode_put_meta(buf, item.payload_start, item.end)

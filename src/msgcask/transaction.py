@@ -81,9 +81,10 @@ class Transaction:
                 self.ids = self._store._write_batch(self._puts, self._acks)
             except BaseException as e:
                 self._maybe_written = journal.bytes_written != before
-                self._failed = self._store._index_failed(e) if isinstance(e, lmdb.Error) else e
-                if self._failed is e:
+                if not isinstance(e, lmdb.Error):
+                    self._failed = e
                     raise
+                self._failed = self._store._index_failed(e)
                 raise self._failed from e
         return self.ids
 

@@ -39,12 +39,6 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 BODY = "body"
 AT = {name: i for i, (name, _) in enumerate(COLUMNS)}  # a column's place in a row
-TYPE_NAMES = {
-    fmt.TYPE_PUT: "put",
-    fmt.TYPE_ACK: "ack",
-    fmt.TYPE_DELIVER: "deliver",
-    fmt.TYPE_MANIFEST: "manifest",
-}
 
 
 def schema(payload: bool) -> str:
@@ -89,7 +83,7 @@ def file_rows(info: DataFileInfo, payload: bool) -> Iterator[tuple[Any, ...]]:
             fields = _record_row(buf, item, payload)
         except (ValueError, UnicodeDecodeError, struct.error) as e:
             # Intact bytes with impossible fields: recovery skips such a record too.
-            reason = f"malformed {TYPE_NAMES[item.rtype]} record: {e}"
+            reason = f"malformed {fmt.RECORD_TYPE_NAMES[item.rtype]} record: {e}"
             yield row(item.offset, item.size, "damage", reason)
             continue
         yield (*common, item.offset, item.size, *fields)
@@ -111,5 +105,14 @@ def _record_row(buf: bytes, item: codec.Record, payload: bool) -> tuple[Any, ...
         msg_id, deliveries = fmt.DELIVER_PAYLOAD.unpack_from(buf, start)
     else:
         victims = codec.decode_manifest(buf, start)
-    row = (TYPE_NAMES[rtype], msg_id, queue, priority, deliveries, headers, body_size, victims)
+    row = (
+        fmt.RECORD_TYPE_NAMES[rtype],
+        msg_id,
+        queue,
+        priority,
+        deliveries,
+        headers,
+        body_size,
+        victims,
+    )
     return (*row, None, body) if payload else (*row, None)

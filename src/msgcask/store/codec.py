@@ -313,7 +313,8 @@ def _check_record(buf: Buffer, pos: int, limit: int) -> tuple[int, int, str]:
         return 0, 0, "checksum mismatch"
     # Two comparisons: this runs for every record on recovery.
     if length < least or (rtype == _MANIFEST and not _manifest_fits(buf, pos, length)):
-        return 0, 0, f"malformed {_TYPE_NAMES[rtype]}: a payload of {length} bytes"
+        name = fmt.RECORD_TYPE_NAMES[rtype].upper()
+        return 0, 0, f"malformed {name}: a payload of {length} bytes"
     return rtype, end, ""
 
 
@@ -330,13 +331,6 @@ _LEAST_PAYLOAD = {
 }
 assert set(_LEAST_PAYLOAD) == fmt.RECORD_TYPES
 _MANIFEST = fmt.TYPE_MANIFEST
-_TYPE_NAMES = {
-    fmt.TYPE_PUT: "PUT",
-    fmt.TYPE_ACK: "ACK",
-    fmt.TYPE_DELIVER: "DELIVER",
-    fmt.TYPE_BATCH: "BATCH",
-    fmt.TYPE_MANIFEST: "MANIFEST",
-}
 
 
 def _manifest_fits(buf: Buffer, pos: int, length: int) -> bool:

@@ -36,6 +36,13 @@ TYPE_DELIVER: Final = 0xA3  # a message was delivered n times (refers to its id)
 TYPE_BATCH: Final = 0xA4  # the next `count` records, `length` bytes, are all-or-nothing
 TYPE_MANIFEST: Final = 0xA5  # first record of a compacted file: its victim files
 RECORD_TYPES: Final = frozenset({TYPE_PUT, TYPE_ACK, TYPE_DELIVER, TYPE_BATCH, TYPE_MANIFEST})
+RECORD_TYPE_NAMES: Final = {
+    TYPE_PUT: "put",
+    TYPE_ACK: "ack",
+    TYPE_DELIVER: "deliver",
+    TYPE_BATCH: "batch",
+    TYPE_MANIFEST: "manifest",
+}
 
 # PUT payload: id(8) priority(1) deliveries(2) queue_len(2) headers_len(4),
 # then queue name (UTF-8), headers (see HEADER_*), body.
