@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python bench/compaction_latency.py [repeats] [--one-cpu]
 [--switch-interval SECONDS] [--lock-holds] [--pin] [--nice STEPS] [--busy N]
-[--only NAME]`` (``--one-cpu``: every
+[--only NAME] [--stand-in KIND]`` (``--one-cpu``: every
 thread on one CPU, ``msgcask.confine_to_one_cpu``; ``--switch-interval``: the
 interpreter's ``sys.setswitchinterval``, how long a thread may keep the
 interpreter lock while another waits for it, 0.005 by default;
@@ -18,7 +18,10 @@ and the passes' and churn threads this script starts, run that many nice steps
 below the prober;
 ``--busy N``: N other processes keep CPUs busy all along (a loop each), for a
 machine with no CPU to spare; ``--only NAME``: run only the
-``steady``, ``backlog``, ``interleaved`` or ``background`` measurement). Not a test: it
+``steady``, ``backlog``, ``interleaved`` or ``background`` measurement;
+``--stand-in KIND``: in the interleaved measurement, a thread that does no store
+work takes the passes' turns, to tell what kind of work slows the prober: see
+``STAND_INS``). Not a test: it
 prints p50 / p99 / max of single 1 KiB puts from a steady prober, and the ratio
 of the p99s, in four situations. The prober pauses after every 50th put, and the
 first put after a pause runs on cold caches: those puts are 2 % of all, so the
@@ -52,6 +55,7 @@ the p99 of the other puts (``others``), to tell the two apart.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -394,14 +398,72 @@ def background_run() -> tuple[Measured, Measured, int, int]:
     return by_phase["quiet"], by_phase["busy"], rewritten, len(turns)
 
 
+STAND_IN_TURN = 0.045  # seconds, about as long as one compact() call of the backlog
+STAND_IN_TURNS = 40
+STAND_IN_BUFFER = os.urandom(4 * 2**20)
+
+
+def python_loop(until: float) -> None:
+    """Interpreted work, holding the interpreter lock as a pass parsing records does."""
+    total = 0
+    while time.perf_counter() < until:
+        for i in range(200):
+            total += i
+
+
+def copying(until: float) -> None:
+    """Memory traffic with the interpreter lock held: copies of a 4 MiB buffer."""
+    while time.perf_counter() < until:
+        bytes(bytearray(STAND_IN_BUFFER))
+
+
+def hashing(until: float) -> None:
+    """Memory traffic without the interpreter lock: hashlib lets go of it for large data."""
+    while time.perf_counter() < until:
+        hashlib.sha256(STAND_IN_BUFFER).digest()
+
+
+def system_calls(until: float) -> None:
+    """Lets go of the interpreter lock and takes it back at every call."""
+    while time.perf_counter() < until:
+        os.stat(".")
+
+
+STAND_INS = {
+    "python": python_loop,
+    "copying": copying,
+    "gil-free": hashing,
+    "syscalls": system_calls,
+}
+STAND_IN: str | None = None  # --stand-in
+
+
+def stand_in_turns(
+    store: msgcask.Store, phases: Phases, done: threading.Event, calls: list[int]
+) -> None:
+    """The stand-in's work for STAND_IN_TURN, then a rest as long, STAND_IN_TURNS times."""
+    assert STAND_IN is not None
+    work = STAND_INS[STAND_IN]
+    try:
+        for _ in range(STAND_IN_TURNS):
+            phases.enter("busy")
+            work(time.perf_counter() + STAND_IN_TURN)
+            calls.append(0)
+            phases.rest(STAND_IN_TURN)
+    finally:
+        done.set()
+
+
 def interleaved_run() -> tuple[Measured, Measured, int, int]:
-    """Quiet and busy measurements taken in turns, files rewritten, compact() calls."""
+    """Quiet and busy measurements taken in turns, files rewritten, compact() calls
+    (or turns of the stand-in)."""
     with backlog_store() as s:
         probe = s.queue("probe")
         measure_all(probe, after(0.3))  # warm up, as the backlog run's quiet second does
         phases, done, calls = Phases(""), threading.Event(), []
+        turns = take_turns if STAND_IN is None else stand_in_turns
         worker = threading.Thread(
-            target=in_background(take_turns), args=(s, phases, done, calls), name="passes"
+            target=in_background(turns), args=(s, phases, done, calls), name="passes"
         )
         worker.start()
         by_phase = measure(probe, done, phases)
@@ -437,9 +499,10 @@ def main(repeats: int, lock_holds: bool, only: str | None) -> None:
             print(holds)
     for _ in range(repeats if only in (None, "interleaved") else 0):
         quiet, busy, rewritten, calls = interleaved_run()
+        busy_name = "during passes" if STAND_IN is None else f"during {STAND_IN}"
         print(
             f"interleaved | {line('quiet', quiet)} | "
-            f"{line('during passes', busy)} | files rewritten {rewritten} in {calls} calls | "
+            f"{line(busy_name, busy)} | files rewritten {rewritten} in {calls} calls | "
             f"p99 ratio {busy[2] / quiet[2]:.2f}"
         )
     for _ in range(repeats if only in (None, "background") else 0):
@@ -485,6 +548,14 @@ if __name__ == "__main__":
     only = take_option(args, "--only")
     if only is not None and only not in SITUATIONS:
         raise SystemExit(f"--only takes one of {', '.join(SITUATIONS)}, got {only!r}")
+    STAND_IN = take_option(args, "--stand-in")
+    if STAND_IN is not None and STAND_IN not in STAND_INS:
+        raise SystemExit(f"--stand-in takes one of {', '.join(STAND_INS)}, got {STAND_IN!r}")
+    if STAND_IN is not None and only != "interleaved":
+        raise SystemExit(
+            "--stand-in replaces the passes of the interleaved measurement only: "
+            "give --only interleaved too"
+        )
     if args and not args[0].isdigit():
         raise SystemExit(f"repeats is a whole number, got {args[0]!r}; see --help")
     busy: list[subprocess.Popen[bytes]] = []
