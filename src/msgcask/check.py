@@ -24,6 +24,7 @@ from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.filenames import parse_data_file_name
 from msgcask.store.fs import FileSystem
+from msgcask.store.manifest_rule import MAX_MANIFEST_BYTES, parse_manifest, redundant_files
 
 if TYPE_CHECKING:
     from msgcask.db import Store
@@ -39,6 +40,9 @@ class FileScan:
     damage: list[codec.Damage] = field(default_factory=list)
     header_error: str = ""
     read_error: str = ""  # why the file could not be read at all ("not a regular file")
+    # Why its records do not count, as recovery would leave the file out (a
+    # compaction made it redundant: store/manifest_rule.py), or "".
+    redundant: str = ""
 
 
 @dataclass
@@ -75,7 +79,11 @@ class ScanReport:
 
     @property
     def live_ids(self) -> set[int]:
-        return set(self.puts) - set(self.acks)
+        """PUT ids minus ACK ids, over the files recovery would keep."""
+        left_out = {f.file_id for f in self.files if f.redundant}
+        put = {i for i, where in self.puts.items() if any(w[0] not in left_out for w in where)}
+        acked = {i for i, files in self.acks.items() if any(f not in left_out for f in files)}
+        return put - acked
 
 
 def _describe(d: codec.Damage) -> str:
@@ -89,15 +97,21 @@ def _describe(d: codec.Damage) -> str:
 def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = None) -> ScanReport:
     """Read every data file of the store at ``path`` (read-only) and parse it
     (only the files ``only`` names, if given). A file that disappears while the
-    scan runs (the store's owner deleted it) is skipped."""
+    scan runs (the store's owner deleted it) is skipped. Files a compaction made
+    redundant are read too, and marked (``FileScan.redundant``): their records
+    do not count in ``live_ids``, as recovery removes them."""
     fs = fs or FileSystem()
     if not os.path.isdir(path):
         raise Error(f"{path} is not a store directory")
     files: list[FileScan] = []
     puts: dict[int, list[tuple[int, int, int, str, int]]] = defaultdict(list)
     acks: dict[int, list[int]] = defaultdict(list)
+    on_disk: set[int] = set()
+    manifests: dict[int, list[int] | None] = {}  # compacted file id: its victims
     for name in sorted(fs.listdir(path)):
         file_id = parse_data_file_name(name)
+        if file_id is not None:
+            on_disk.add(file_id)
         if file_id is None or (only is not None and file_id not in only):
             continue
         scan = FileScan(file_id, os.path.join(path, name))
@@ -115,6 +129,10 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
             scan.header_error = str(e)
             continue
         scan.kind = header.kind
+        if header.kind == fmt.KIND_COMPACTED:
+            manifests[file_id] = parse_manifest(
+                buf[fmt.FILE_HEADER_SIZE : fmt.FILE_HEADER_SIZE + MAX_MANIFEST_BYTES]
+            )
         for item in codec.scan(buf, fmt.FILE_HEADER_SIZE):
             if isinstance(item, codec.Damage):
                 if item.unused:  # a live store's write head ends in zeros
@@ -136,6 +154,9 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
                 )
             elif item.rtype == fmt.TYPE_ACK:
                 acks[fmt.ACK_PAYLOAD.unpack_from(buf, item.payload_start)[0]].append(file_id)
+    redundant = redundant_files(on_disk, manifests, manifests.__getitem__)
+    for scan in files:
+        scan.redundant = redundant.get(scan.file_id, "")
     return ScanReport(files, dict(puts), dict(acks))
 
 

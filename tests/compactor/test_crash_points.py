@@ -27,8 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import msgcask
+from msgcask.check import scan_files
+from msgcask.cli.main import main as cli_main
 from msgcask.store import codec
 from msgcask.store import format as fmt
 
@@ -371,11 +374,24 @@ def test_crash_between_two_victim_unlinks_resurrects_nothing(
     for victim in gone:
         (staged / f"{victim:010d}.log").unlink()
     crash = Crash(staged, crash.point, crash.returncode, crash.stderr, crash.live, crash.acked)
+    scanned = scan_files(str(staged))  # what `msgcask check` reads before any reopen
+    shown = CliRunner().invoke(cli_main, ["check", str(staged)])
     path = tmp_path / "store"
     with _open_copy(crash, path, drop_index=drop_index) as store:
         _check_no_orphans(store, path)
         _check_same_messages(store, crash)
         assert store.verify() == []
+        # check counts what recovery keeps: not the PUT records of victims left behind
+        live = {m.id for n in store.queues() for m in store.queue(n).browse()}
+        assert scanned.live_ids == live, (
+            f"check counts {len(scanned.live_ids)} live messages, the store has {len(live)}"
+        )
+        assert scanned.problems == []
+        assert shown.exit_code == 0, shown.output
+        assert f"{len(live)} live messages in" in shown.output
+        for victim in set(victims) - set(gone):  # each one left says it does not count
+            line = next(x for x in shown.output.splitlines() if f"{victim:010d}.log:" in x)
+            assert "not counted: replaced by compacted file" in line, line
         consumed = _drain(store)
         _settle(store)
     shutil.rmtree(path / "index")

@@ -142,7 +142,8 @@ def _echo_files(report: ScanReport) -> None:
             click.echo(f"{f.path}: not read")
             continue
         counts = ", ".join(f"{n} {k}" for k, n in sorted(f.records.items())) or "no records"
-        click.echo(f"{f.path}: {f.size} bytes, {counts}")
+        left_out = f" (not counted: {f.redundant}; the next open removes it)" if f.redundant else ""
+        click.echo(f"{f.path}: {f.size} bytes, {counts}{left_out}")
 
 
 def _index_problems(path: str, max_file_size: int | None) -> list[str]:
