@@ -28,6 +28,8 @@ from msgcask.compactor.policy import (
     plan,
     reclaimable_bytes,
 )
+from msgcask.store import codec, manifest_rule
+from msgcask.store.manifest_rule import MAX_MANIFEST_BYTES, MAX_MANIFEST_VICTIMS
 
 KIB = 1024
 SIZE = 64 * KIB
@@ -233,6 +235,20 @@ def test_rewrite_order_is_by_benefit_cost() -> None:
 
 
 # -- budget --------------------------------------------------------------------------------
+
+
+def test_victims_stop_where_a_manifest_recovery_can_read_would_end() -> None:
+    # Tiny sealed files (a store reopened again and again leaves one each) all fit the
+    # budgets; a MANIFEST naming more of them than recovery reads would be taken for
+    # damage, and its victims kept beside their copies.
+    many = [view(i, live=100, size=200) for i in range(1, MAX_MANIFEST_VICTIMS + 100)]
+    p = run(many, budget=2**40)
+    assert len(p.rewrite) == MAX_MANIFEST_VICTIMS
+    record = codec.encode_manifest(p.rewrite)
+    assert len(record) <= MAX_MANIFEST_BYTES
+    assert manifest_rule.parse_manifest(record) == p.rewrite
+    one_more = codec.encode_manifest([*p.rewrite, MAX_MANIFEST_VICTIMS + 1])
+    assert manifest_rule.parse_manifest(one_more[:MAX_MANIFEST_BYTES]) is None
 
 
 def test_first_victim_is_taken_even_when_it_alone_exceeds_the_budget() -> None:

@@ -16,7 +16,8 @@ Two kinds of knob, as in Bitcask: triggers decide *whether* a pass runs
 - victims are added while their copying cost fits the byte budget and their
   sizes fit the read budget (at least one victim per pass, so a pass always
   makes progress). Victims are deleted only when their pass ends, so the read
-  budget keeps passes short and space coming back steadily.
+  budget keeps passes short and space coming back steadily. However small they
+  are, no more are taken than a MANIFEST that recovery can read names.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from msgcask.store import format as fmt
+from msgcask.store.manifest_rule import MAX_MANIFEST_VICTIMS
 
 # An ACK (21 bytes) or DELIVER (23 bytes) record carried forward costs at most this.
 MARK_COST = fmt.RECORD_HEADER_SIZE + fmt.DELIVER_PAYLOAD.size
@@ -165,6 +167,8 @@ def plan(
     rewrite: list[int] = []
     spent = read = 0
     for f in candidates:
+        if len(rewrite) == MAX_MANIFEST_VICTIMS:
+            break
         if (rewrite or hard_budget) and spent + f.copy_cost > budget:
             continue
         if rewrite and read_budget is not None and read + f.size > read_budget:

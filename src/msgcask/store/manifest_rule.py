@@ -15,8 +15,13 @@ from collections.abc import Callable, Collection, Iterable
 from msgcask.store import codec
 from msgcask.store import format as fmt
 
-# A MANIFEST names at most (budget / smallest file) victims; this bounds the read.
+# Where recovery looks for a compacted file's MANIFEST: the whole record, its
+# header included, must end within this many bytes after the file header.
 MAX_MANIFEST_BYTES = 256 * 1024
+# So a pass may name at most this many victims (compactor/policy.py keeps to it).
+MAX_MANIFEST_VICTIMS = (
+    MAX_MANIFEST_BYTES - fmt.RECORD_HEADER_SIZE - fmt.MANIFEST_COUNT.size
+) // fmt.MANIFEST_ENTRY.size
 
 
 def parse_manifest(head: codec.Buffer) -> list[int] | None:
