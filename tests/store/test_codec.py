@@ -348,7 +348,21 @@ class TestScanBatch:
         buf = before + full[:cut]
         items = list(codec.scan(buf, 0))
         assert records_of(items) == [Record(0, fmt.TYPE_PUT, 13, len(before))]
-        assert damages_of(items) == [Damage(len(before), cut, "incomplete batch", True)]
+        tail = full[:cut]  # its last bytes may be zeros of the record it cut
+        zeros = len(tail) - len(tail.rstrip(b"\0"))
+        assert damages_of(items) == [
+            Damage(len(before), cut, "incomplete batch", True, zeros=zeros)
+        ]
+
+    def test_batch_torn_before_the_heads_zero_tail_counts_the_zeros(self) -> None:
+        # The write head is allocated ahead of writes: a batch cut short by a crash is
+        # followed by zero bytes, which `msgcask check` tells apart from written ones.
+        members = [put(2), put(3)]
+        torn = self.batch(members)[: len(codec.encode_batch_header(0, 0)) + len(members[0])]
+        buf = put(1) + torn + bytes(4000)
+        [damage] = damages_of(list(codec.scan(buf, 0)))
+        assert (damage.reason, damage.length) == ("incomplete batch", len(torn) + 4000)
+        assert damage.zeros == 4000 + len(torn) - len(torn.rstrip(b"\0"))
 
     def test_batch_cut_inside_its_header(self) -> None:
         before = put(1)

@@ -359,6 +359,15 @@ def _resync(buf: Buffer, start: int, limit: int) -> int | None:
         candidates[tb] = data.find(tb, p + 1, limit)
 
 
+def _torn_tail(view: memoryview, pos: int, end: int, reason: str) -> Damage:
+    """The torn tail ``view[pos:end]``, with the zero bytes that end it counted."""
+    tail = bytes(view[pos:end])
+    written = len(tail.rstrip(b"\0"))
+    if not written:
+        return Damage(pos, len(tail), "zero-filled tail", True, True)
+    return Damage(pos, len(tail), reason, True, zeros=len(tail) - written)
+
+
 def scan(buf: Buffer, start: int, limit: int | None = None) -> Iterator[Record | Damage]:
     """Yield every intact record and every damaged stretch in ``buf[start:limit]``.
 
@@ -374,12 +383,7 @@ def scan(buf: Buffer, start: int, limit: int | None = None) -> Iterator[Record |
         if not rtype:
             nxt = _resync(buf, pos + 1, end_of_data)
             if nxt is None:
-                tail = bytes(view[pos:end_of_data])
-                written = len(tail.rstrip(b"\0"))
-                if not written:
-                    yield Damage(pos, len(tail), "zero-filled tail", True, True)
-                else:
-                    yield Damage(pos, len(tail), reason, True, zeros=len(tail) - written)
+                yield _torn_tail(view, pos, end_of_data, reason)
                 return
             yield Damage(pos, nxt - pos, reason, False)
             pos = nxt
@@ -405,7 +409,7 @@ def scan(buf: Buffer, start: int, limit: int | None = None) -> Iterator[Record |
         # Incomplete batch: torn if nothing intact follows, else mid-file damage.
         nxt = _resync(buf, max(sub, end), end_of_data) if batch_end <= end_of_data else None
         if nxt is None:
-            yield Damage(pos, end_of_data - pos, "incomplete batch", True)
+            yield _torn_tail(view, pos, end_of_data, "incomplete batch")
             return
         yield from members
         yield Damage(sub, nxt - sub, "damaged record inside a batch", False)
