@@ -589,6 +589,7 @@ def test_newest_data_file_without_a_header_is_removed_and_reported(
     with open_store(store_path) as store:
         [report] = store.recovery.corruptions
         assert (report.file_id, report.action) == (2, "removed")
+        assert str(report).count(str(newest)) == 1, str(report)  # the path, said once
         assert browse(store) == sorted(expected.items())
         assert store.verify() == []
     assert not newest.exists()

@@ -143,7 +143,8 @@ def open_data_files(fs: FileSystem, directory: str, *, writable: bool = True) ->
                 del handles[file_id]
                 handle.close()
                 fs.unlink(path)
-                torn.append(CorruptionReport(file_id, path, 0, handle.size, str(e), "removed"))
+                reason = str(e).removeprefix(f"{path}: ")  # the report names the file
+                torn.append(CorruptionReport(file_id, path, 0, handle.size, reason, "removed"))
                 continue
             codec.check_file_id(header, file_id, path)
             headers[file_id] = header
