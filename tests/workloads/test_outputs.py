@@ -260,3 +260,44 @@ def test_the_reopen_after_kill_9_keeps_its_torn_tail_warning_out_of_stderr(
         msgcask.open(path, compaction_interval=None).close()
     assert any("torn or damaged tail" in line for line in kept), kept
     assert "torn" not in capsys.readouterr().err
+
+
+def test_the_result_is_kept_when_matplotlib_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # matplotlib is in the bench extra: without it the plots are skipped with a
+    # note, and the JSON of a run that took minutes is still written.
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    out = tmp_path / "out"
+    args = ["steady", "-n", "200", "--size", "64", "--max-file-size", "64KiB", "--peers", "none"]
+    args += ["--no-reopen", "--no-progress", "--interval", "0.05"]
+    result = CliRunner().invoke(bench, [*args, "--out", str(out), "--workdir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "no plots: matplotlib is not installed" in result.output
+    with open(out / "steady.json") as f:
+        assert json.load(f)["plots"] == {}
+
+
+def test_msgcask_disk_bytes_are_measured_like_the_peers(tmp_path: Path) -> None:
+    # Every file under the store's directory, allocated blocks capped at the apparent
+    # size (docs/benchmarks.md): the write head's chunk allocated ahead counts too.
+    from msgcask.workloads.subjects.base import directory_bytes
+
+    subject = MsgcaskSubject(
+        str(tmp_path / "s"),
+        sync="never",
+        max_deliveries=None,
+        max_file_size=2**20,
+        max_store_size=None,
+        threshold=0.5,
+        compaction=False,
+        compaction_interval=1.0,
+    )
+    subject.open()
+    try:
+        for _ in range(100):
+            subject.put(b"x" * 1024)
+        assert subject.disk_bytes() == directory_bytes(subject.path)
+        assert subject.disk_bytes() > 2**20  # the allocated head, not only 100 KiB written
+    finally:
+        subject.close()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 from workload_sizes import TINY, Run
 
+from msgcask.workloads.config import RunConfig
 from msgcask.workloads.definitions import RECORD_OVERHEAD
 from msgcask.workloads.result import validate
 
@@ -150,3 +152,34 @@ def test_time_limit_stops_a_run_and_marks_it_incomplete(run_tiny: Run) -> None:
     assert run["status"] == "incomplete"
     assert any("time limit" in n for n in run["notes"])
     assert 0 < run["counts"]["put"] < 10_000_000
+
+
+def test_selector_skip_batched_puts_still_mark_the_skipped_messages(tmp_path: Path) -> None:
+    # --batch > 1 used to drop the skip header: nothing was skipped, and the run
+    # left the last messages put instead of one in P spread over every file.
+    from msgcask.workloads.definitions import WORKLOADS, Context
+    from msgcask.workloads.factory import make_subject
+    from msgcask.workloads.payload import Payloads, index_of
+
+    left = {}
+    for batch in (1, 10):
+        cfg = RunConfig(
+            workload="selector-skip",
+            messages=1000,
+            size=64,
+            max_file_size=64 * 1024,
+            pin_every=100,
+            batch=batch,
+            compaction="off",
+            progress=False,
+            reopen=False,
+        )
+        subject = make_subject("msgcask", str(tmp_path / f"b{batch}"), cfg, compaction=False)
+        subject.open()
+        try:
+            WORKLOADS["selector-skip"](Context(subject, cfg, Payloads(64, False, 0)))
+            left[batch] = sorted(index_of(m.body) for m in subject.queue.browse())
+        finally:
+            subject.close()
+    assert left[1] == list(range(99, 1000, 100))
+    assert left[10] == left[1]

@@ -149,7 +149,9 @@ def produce(
         if batch == 1:
             subject.put(bodies[0], priority, headers_for(chunk[0]) if headers_for else None)
         else:
-            subject.put_many(bodies, priority)
+            subject.put_many(
+                bodies, priority, [headers_for(i) for i in chunk] if headers_for else None
+            )
         end = time.perf_counter()
         log.done(start, end, len(chunk), sum(len(b) for b in bodies))
         if depth_log is not None:

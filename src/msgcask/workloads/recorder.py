@@ -11,6 +11,7 @@ import math
 import threading
 import time
 from array import array
+from collections.abc import Iterable
 from typing import Any
 
 PUT = "put"
@@ -89,14 +90,16 @@ class Recorder:
         pairs.sort()
         return [p[0] for p in pairs], [p[1] for p in pairs]
 
+    def span(self, op: str) -> float:
+        """Seconds from the first start to the last end of ``op`` (0 if it never ran)."""
+        logs = [lg for lg in list(self._logs[op]) if lg.messages]
+        if not logs:
+            return 0.0
+        return max(lg.last for lg in logs) - min(lg.first for lg in logs)
+
     def throughput(self, op: str) -> float | None:
         """Messages per second over the span from the first start to the last end of ``op``."""
-        n = self.messages(op)
-        logs = list(self._logs[op])
-        if n == 0:
-            return None
-        span = max(lg.last for lg in logs) - min(lg.first for lg in logs)
-        return n / span if span > 0 else None
+        return phased_throughput([self], op)
 
     def summary(self, op: str) -> dict[str, Any]:
         return summarize(self.samples(op)[1])
@@ -118,6 +121,15 @@ class Recorder:
                 row[op] = {"count": s["count"], "p50": s["p50"], "p99": s["p99"], "max": s["max"]}
             out.append(row)
         return out
+
+
+def phased_throughput(recorders: Iterable[Recorder], op: str) -> float | None:
+    """Messages of ``op`` per second of the phases that did ``op``: each phase's span
+    counts, the time between phases (a wait for compaction, a phase without ``op``) not."""
+    recs = list(recorders)
+    n = sum(r.messages(op) for r in recs)
+    span = sum(r.span(op) for r in recs)
+    return n / span if n and span > 0 else None
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:

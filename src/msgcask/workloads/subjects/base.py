@@ -58,10 +58,16 @@ class Subject:
     def put(self, body: bytes, priority: int = 4, headers: dict[str, str] | None = None) -> None:
         raise NotImplementedError
 
-    def put_many(self, bodies: Sequence[bytes], priority: int = 4) -> None:
-        """An atomic batch where the subject has one; a loop of puts otherwise."""
-        for body in bodies:
-            self.put(body, priority)
+    def put_many(
+        self,
+        bodies: Sequence[bytes],
+        priority: int = 4,
+        headers: Sequence[dict[str, str] | None] | None = None,
+    ) -> None:
+        """An atomic batch where the subject has one; a loop of puts otherwise.
+        ``headers``, if given, holds each body's headers (selector-skip's marks)."""
+        for k, body in enumerate(bodies):
+            self.put(body, priority, headers[k] if headers is not None else None)
 
     def get(self, timeout: float, selector: Selector | None = None) -> Delivery | None:
         raise NotImplementedError

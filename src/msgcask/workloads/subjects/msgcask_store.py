@@ -85,8 +85,19 @@ class MsgcaskSubject(Subject):
     def put(self, body: bytes, priority: int = 4, headers: dict[str, str] | None = None) -> None:
         self.queue.put(body, headers=headers, priority=priority)
 
-    def put_many(self, bodies: Sequence[bytes], priority: int = 4) -> None:
-        self.queue.put_many(list(bodies), priority=priority)
+    def put_many(
+        self,
+        bodies: Sequence[bytes],
+        priority: int = 4,
+        headers: Sequence[dict[str, str] | None] | None = None,
+    ) -> None:
+        if headers is None or not any(headers):
+            self.queue.put_many(list(bodies), priority=priority)
+            return
+        # Headers differ per message (selector-skip): still one all-or-nothing batch.
+        with self.store.transaction() as tx:
+            for body, h in zip(bodies, headers, strict=True):
+                tx.put(QUEUE, body, h, priority)
 
     def get(self, timeout: float, selector: Selector | None = None) -> Delivery | None:
         import msgcask
@@ -107,10 +118,9 @@ class MsgcaskSubject(Subject):
         self.queue.nack(delivery.handle)
         return self._dlq_limit is not None and delivery.deliveries >= self._dlq_limit
 
-    def disk_bytes(self) -> int:
-        if self.store is None:
-            return super().disk_bytes()
-        return int(self.store.stats().disk_bytes)
+    # disk_bytes: the base class's walk of the directory, as for every peer. The
+    # store's stats().disk_bytes counts the data files' written length, not the
+    # chunk of the write head allocated ahead (up to 1 MiB), nor the LOCK file.
 
     def store_stats(self) -> dict[str, Any] | None:
         if self.store is None:

@@ -74,7 +74,12 @@ class SqliteSubject(Subject):
         )
         self._notify_put()
 
-    def put_many(self, bodies: Sequence[bytes], priority: int = 4) -> None:
+    def put_many(
+        self,
+        bodies: Sequence[bytes],
+        priority: int = 4,
+        headers: Sequence[dict[str, str] | None] | None = None,
+    ) -> None:
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany(
