@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 from workload_sizes import TINY, Run
 
+from msgcask.workloads import definitions
 from msgcask.workloads.config import RunConfig
 from msgcask.workloads.definitions import RECORD_OVERHEAD
 from msgcask.workloads.result import validate
@@ -75,6 +76,27 @@ def test_workload_runs_and_counts_add_up(run_tiny: Run, workload: str) -> None:
     assert run["files"]
     assert sum(f["size"] for f in run["files"]) == stats["data_bytes"]
     assert run["bytes_put"] == run["counts"]["put"] * TINY["size"]  # fixed-size bodies
+
+
+def test_io_written_counts_what_goes_through_the_mapped_write_head(run_tiny: Run) -> None:
+    # deep-queue deletes nothing, so every record put stays written: the bytes the
+    # process caused to be written cover the bodies, the ones put through the map too.
+    doc, _ = run_tiny("deep-queue", peers=[], compaction="off")
+    run = _only_msgcask(doc)
+    assert run["io_write_amplification"] >= 1.0, run["io_bytes_written"]
+
+
+def test_waits_for_compaction_are_bounded_however_long_the_interval(
+    run_tiny: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # drain-history waits two turns after each drain and every run three at the end:
+    # with a 30 s interval that is minutes, cut to MAX_SETTLE each time (and noted).
+    monkeypatch.setattr(definitions, "MAX_SETTLE", 0.05)
+    doc, _ = run_tiny("drain-history", peers=[], compaction="on", compaction_interval=30.0)
+    run = _only_msgcask(doc)
+    assert run["status"] == "ok", run["errors"] + run["notes"]
+    assert run["settle_seconds"] == 0.05
+    assert sum("waited at most 0.05 s for compaction" in n for n in run["notes"]) == 1
 
 
 def test_dlq_heavy_keeps_dead_letters_live(run_tiny: Run) -> None:
@@ -147,11 +169,21 @@ def test_crash_reopen_is_measured_after_sigkill(run_tiny: Run) -> None:
 
 
 def test_time_limit_stops_a_run_and_marks_it_incomplete(run_tiny: Run) -> None:
-    doc, _ = run_tiny("steady", peers=[], messages=10_000_000, time_limit=0.5)
+    doc, _ = run_tiny("steady", peers=["sqlite3"], messages=10_000_000, time_limit=0.5)
     run = _only_msgcask(doc)
     assert run["status"] == "incomplete"
     assert any("time limit" in n for n in run["notes"])
     assert 0 < run["counts"]["put"] < 10_000_000
+    # Runs stopped at different counts are not compared, on disk either.
+    [ratio] = doc["ratios"]
+    assert ratio["comparable"] is False
+    assert {k: v for k, v in ratio.items() if k not in ("base", "other", "comparable")} == {
+        "put_throughput": None,
+        "get_ack_throughput": None,
+        "put_p99": None,
+        "max_disk": None,
+        "final_disk": None,
+    }
 
 
 def test_selector_skip_batched_puts_still_mark_the_skipped_messages(tmp_path: Path) -> None:

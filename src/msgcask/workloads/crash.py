@@ -2,7 +2,9 @@
 
 The parent runs ``python -m msgcask.workloads.crash``, waits until the child
 says it has put ``crash_messages`` messages, lets it go on putting for a
-moment, sends SIGKILL, then times opening the store again.
+moment, sends SIGKILL, then times opening the store again. The child goes on
+saying how many it has put, every ``COUNT_EVERY``, so the result gives the size
+of the store each subject reopened (they put at different speeds meanwhile).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ READY_LINE = "filled"
 FILL_TIMEOUT = 600.0  # seconds the parent waits for the child to fill
 KEEP_PUTTING = 0.2  # seconds between "filled" and the kill, so the kill lands mid-put
 CHILD_LIMIT = 60.0  # a child whose parent vanished stops putting after this many seconds
+COUNT_EVERY = 100  # puts between the child's reports of how many it has put
 
 
 def measure_crash_reopen(
@@ -46,6 +49,7 @@ def measure_crash_reopen(
             stderr=err,
             text=True,
         )
+        put = cfg.crash_messages
         try:
             line = _read_line(child, FILL_TIMEOUT)
             if line == READY_LINE:
@@ -54,6 +58,11 @@ def measure_crash_reopen(
             if child.poll() is None:
                 os.kill(child.pid, signal.SIGKILL)
             child.wait()
+        if line == READY_LINE:
+            assert child.stdout is not None
+            # The last count the child reported (a line the kill cut short says nothing).
+            counts = [n for n in child.stdout.read().split("\n")[:-1] if n.isdigit()]
+            put = int(counts[-1]) if counts else put
         if line != READY_LINE:
             err.seek(0)
             tail = err.read().strip()[-800:]
@@ -70,7 +79,7 @@ def measure_crash_reopen(
     subject.close()
     return {
         "seconds": seconds,
-        "messages": cfg.crash_messages,
+        "messages": put,  # returned puts before the kill, less at most COUNT_EVERY
         "error": None,
         "killed_by": "SIGKILL" if child.returncode == -signal.SIGKILL else child.returncode,
         "recovery_log": recovery_log,
@@ -118,6 +127,8 @@ def _child(spec: dict[str, Any]) -> None:
     while time.monotonic() < deadline:  # until the parent's SIGKILL; bounded if it died
         subject.put(payloads.body(i))
         i += 1
+        if i % COUNT_EVERY == 0:
+            print(i, flush=True)
 
 
 if __name__ == "__main__":

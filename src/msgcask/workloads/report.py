@@ -113,7 +113,7 @@ def summary(doc: dict[str, Any]) -> str:
         base = doc["ratios"][0]["base"]
         parts += [
             "",
-            f"ratios {base} / other (throughput > 1 and disk < 1 favour msgcask):",
+            f"ratios {base} / other (throughput above 1, put p99 and disk below 1 favour msgcask):",
             table(["other", "put/s", "get+ack/s", "put p99", "max disk", "final disk"], ratio_rows),
         ]
     for r in doc["runs"]:

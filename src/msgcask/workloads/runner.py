@@ -99,8 +99,7 @@ def run_one(cfg: RunConfig, name: str, compaction: bool, base: str) -> dict[str,
         # after it had three more turns, "end" is the moment the workload stopped. A
         # store settles in the second pass that starts after the writes stop (the
         # first still sees them), which two turns did not always let finish.
-        settle = 3 * cfg.compaction_interval + 0.1
-        time.sleep(settle)
+        settle = ctx.wait_for_compaction(3)
     sampler.stop()
     if bar is not None:
         bar.close()

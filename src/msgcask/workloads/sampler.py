@@ -46,15 +46,22 @@ def anon_rss_bytes() -> int | None:
 
 
 def written_bytes() -> int | None:
-    """Bytes this process passed to write calls so far (Linux ``write_chars``)."""
+    """Bytes this process has caused to be written to storage so far (Linux
+    ``write_bytes`` less ``cancelled_write_bytes``: pages dirtied, whether by a
+    write call or through a memory map, less those of files truncated or deleted
+    before they were written back). Not ``wchar``, the bytes passed to write
+    calls, which leaves out msgcask's mapped write head."""
+    fields: dict[str, int] = {}
     try:
         with open("/proc/self/io") as f:
             for line in f:
-                if line.startswith("wchar:"):
-                    return int(line.split()[1])
-    except OSError:
+                name, _, value = line.partition(":")
+                fields[name] = int(value)
+    except (OSError, ValueError):
         return None
-    return None
+    if "write_bytes" not in fields:
+        return None
+    return fields["write_bytes"] - fields.get("cancelled_write_bytes", 0)
 
 
 class Sampler:
