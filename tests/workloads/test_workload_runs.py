@@ -15,6 +15,7 @@ from msgcask.workloads import definitions
 from msgcask.workloads.config import RunConfig
 from msgcask.workloads.definitions import RECORD_OVERHEAD
 from msgcask.workloads.result import validate
+from msgcask.workloads.subjects.msgcask_store import MsgcaskSubject
 
 
 def _only_msgcask(doc: dict[str, Any]) -> dict[str, Any]:
@@ -97,6 +98,33 @@ def test_waits_for_compaction_are_bounded_however_long_the_interval(
     assert run["status"] == "ok", run["errors"] + run["notes"]
     assert run["settle_seconds"] == 0.05
     assert sum("waited at most 0.05 s for compaction" in n for n in run["notes"]) == 1
+
+
+@pytest.mark.parametrize("failing_call", [1, 2], ids=["open", "reopen"])
+def test_a_subject_that_fails_to_open_fails_its_run_and_the_others_go_on(
+    run_tiny: Run, monkeypatch: pytest.MonkeyPatch, failing_call: int
+) -> None:
+    # A store that cannot be opened (or reopened) is what a benchmark must report,
+    # not a traceback that loses the peers' runs.
+    real_open, calls = MsgcaskSubject.open, []
+
+    def open_or_fail(self: MsgcaskSubject) -> None:
+        calls.append(1)
+        if len(calls) == failing_call:
+            raise OSError(5, "Input/output error")
+        real_open(self)
+
+    monkeypatch.setattr(MsgcaskSubject, "open", open_or_fail)
+    doc, path = run_tiny("steady", peers=["sqlite3"], compaction="on", reopen=True)
+    with open(path) as f:
+        validate(json.load(f))
+    run = _only_msgcask(doc)
+    where = "open" if failing_call == 1 else "reopen"
+    assert run["status"] == "failed"
+    assert run["errors"] == [f"{where}: OSError: [Errno 5] Input/output error"]
+    assert (run["counts"]["put"] > 0) == (where == "reopen")
+    sqlite_run = next(r for r in doc["runs"] if r["subject"] == "sqlite3")
+    assert sqlite_run["status"] == "ok"
 
 
 def test_dlq_heavy_keeps_dead_letters_live(run_tiny: Run) -> None:

@@ -67,13 +67,25 @@ def run_workload(
     return build_result(cfg, runs, skipped)
 
 
+def _attempt(ctx: Context, where: str, call: Callable[[], object]) -> bool:
+    """``call()``; whether it returned. A failure is recorded as the run's."""
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - the run records its failure and the others go on
+        ctx.fail(where, e)
+        return False
+    return True
+
+
 def run_one(cfg: RunConfig, name: str, compaction: bool, base: str) -> dict[str, Any]:
     """One subject, one workload: the run object of the result."""
     label = label_of(name, compaction)
     path = os.path.join(base, label.replace("[", "-").replace("]", "").replace(" ", "-"))
     subject = make_subject(name, path, cfg, compaction)
-    subject.open()
     ctx = Context(subject, cfg, Payloads(cfg.size, cfg.size_mix, cfg.seed))
+    # A failure of the subject itself (an open, a close, a reopen) fails this run
+    # and is recorded in it; the other subjects still run.
+    opened = _attempt(ctx, "open", subject.open)
     bar = _progress(cfg, label)
 
     def on_sample(s: dict[str, Any]) -> None:
@@ -85,16 +97,14 @@ def run_one(cfg: RunConfig, name: str, compaction: bool, base: str) -> dict[str,
     sampler = Sampler(subject, ctx.t0, cfg.interval, ctx.totals, on_sample, ctx.buffer_bytes)
     sampler.start()
     timer = _time_limit(ctx, cfg.time_limit)
-    try:
-        WORKLOADS[cfg.workload](ctx)
-    except Exception as e:  # noqa: BLE001 - the run records its failure and the others go on
-        ctx.fail("workload", e)
+    if opened:
+        _attempt(ctx, "workload", lambda: WORKLOADS[cfg.workload](ctx))
     duration = time.perf_counter() - ctx.t0
     if timer is not None:
         timer.cancel()
     end_disk = subject.disk_bytes()
     settle = 0.0
-    if name == MSGCASK and compaction:
+    if name == MSGCASK and compaction and opened:
         # The schedule may be a pass or two behind when the workload stops; "final" is
         # after it had three more turns, "end" is the moment the workload stopped. A
         # store settles in the second pass that starts after the writes stop (the
@@ -104,17 +114,24 @@ def run_one(cfg: RunConfig, name: str, compaction: bool, base: str) -> dict[str,
     if bar is not None:
         bar.close()
     wchar1 = written_bytes()
-    final_stats = subject.store_stats()
-    files = subject.file_map()
+    final: list[Any] = [None, None]  # store stats, file map
+
+    def read_final() -> None:
+        final[:] = [subject.store_stats(), subject.file_map()]
+
     reopen: dict[str, Any] = {"clean_seconds": None, "close_seconds": None, "crash": None}
-    start = time.perf_counter()
-    subject.close()
-    reopen["close_seconds"] = time.perf_counter() - start
-    if cfg.reopen:
+    if opened:
+        _attempt(ctx, "final stats", read_final)
         start = time.perf_counter()
-        subject.open()
-        reopen["clean_seconds"] = time.perf_counter() - start
-        subject.close()
+        if _attempt(ctx, "close", subject.close):
+            reopen["close_seconds"] = time.perf_counter() - start
+    final_stats, files = final
+    if opened and cfg.reopen and reopen["close_seconds"] is not None:
+        start = time.perf_counter()
+        if _attempt(ctx, "reopen", subject.open):
+            reopen["clean_seconds"] = time.perf_counter() - start
+            _attempt(ctx, "close after the reopen", subject.close)
+    if opened and cfg.reopen:
         shutil.rmtree(path, ignore_errors=True)
         try:
             reopen["crash"] = measure_crash_reopen(name, path + "-crash", cfg, compaction)
