@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
+import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -144,7 +145,10 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
             if item.rtype == fmt.TYPE_PUT:
                 try:
                     meta = codec.decode_put_meta(buf, item.payload_start, item.end)
-                except ValueError as e:
+                    # Recovery indexes such a record, and the store quarantines it
+                    # when it first reads it: damage all the same.
+                    codec.decode_put_headers(buf, item.payload_start)
+                except (ValueError, struct.error) as e:
                     scan.damage.append(
                         codec.Damage(item.offset, item.size, f"malformed PUT: {e}", False)
                     )

@@ -45,6 +45,13 @@ def test_well_framed_but_malformed_put_is_reported_and_skipped(
     good = codec.encode_put(1, b"q", 4, 0, b"", b"ok")
     path = store_path / "0000000001.log"
     path.write_bytes(codec.encode_file_header(fmt.KIND_JOURNAL, 1, 1) + good + record)
+    # `msgcask check` must report it too: its checksum is right, so only the
+    # field checks can tell, and a check that passes it would call the store healthy.
+    scanned = scan_files(str(store_path))
+    at = fmt.FILE_HEADER_SIZE + len(good)
+    problems = scanned.problems
+    assert [p for p in problems if f"offset {at}" in p and "malformed PUT" in p], problems
+    assert scanned.live_ids == {1}
     with msgcask.open(store_path, compaction_interval=None) as store:
         assert [m.id for m in store.queue("q").browse()] == [1]
         [report] = store.stats().corruptions  # found on open, or when first read

@@ -162,6 +162,14 @@ def decode_put_meta(buf: Buffer, payload_start: int, payload_end: int) -> PutMet
     return PutMeta(msg_id, priority, deliveries, raw.decode())
 
 
+def decode_put_headers(buf: Buffer, payload_start: int) -> dict[str, str]:
+    """The headers of a PUT record whose fields passed ``decode_put_meta``.
+    Raises ValueError or struct.error if its headers block cannot be decoded."""
+    _, _, _, qlen, hlen = fmt.PUT_FIXED.unpack_from(buf, payload_start)
+    hstart = payload_start + fmt.PUT_FIXED_SIZE + qlen
+    return decode_headers(buf[hstart : hstart + hlen])
+
+
 def decode_put(buf: Buffer, payload_start: int, payload_end: int) -> Put:
     msg_id, priority, deliveries, qlen, hlen = fmt.PUT_FIXED.unpack_from(buf, payload_start)
     qstart = payload_start + fmt.PUT_FIXED_SIZE
