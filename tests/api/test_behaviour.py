@@ -133,11 +133,24 @@ class TestBlocking:
 
     def test_get_with_timeout_waits_then_raises_empty(self, store: msgcask.Store) -> None:
         q = store.queue("q")
-        start = time.monotonic()
-        with pytest.raises(msgcask.Empty):
-            q.get(timeout=0.2)
-        # Semantic check: it waited (did not return at once), not a speed figure.
-        assert time.monotonic() - start >= 0.15
+        raised: list[BaseException] = []
+
+        def getter() -> None:
+            try:
+                q.get(timeout=0.5)
+            except msgcask.Empty as e:
+                raised.append(e)
+
+        t = threading.Thread(target=getter)
+        t.start()
+        # It waits on the queue (counted as a waiter) instead of returning at once.
+        deadline = time.monotonic() + 10
+        while store._queues["q"].waiting == 0 and t.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert store._queues["q"].waiting == 1 and not raised
+        t.join()
+        [error] = raised
+        assert "no message arrived on queue 'q' within 0.5 s" in str(error)
 
     def test_blocked_get_is_woken_by_put_from_another_thread(self, store: msgcask.Store) -> None:
         q = store.queue("q")

@@ -280,3 +280,29 @@ def test_check_with_a_lock_that_is_a_directory_is_no_traceback(store_dir: Path) 
     assert code == 1, output
     assert "Error: index not checked: cannot use" in output
     assert "1 live messages in 1 data files" in output
+
+
+def test_check_index_fails_when_the_index_disagrees_with_intact_data_files(
+    store_dir: Path,
+) -> None:
+    # The data files are intact, so a plain check passes; the index has lost the
+    # order key of the one live message (as a stale or damaged index could), which
+    # only --index can see: it must name the problem and exit 1.
+    from msgcask.index.env import IndexEnv
+
+    with msgcask.open(store_dir, compaction_interval=None) as store:
+        [message] = store.queue("q").browse()
+    env = IndexEnv(str(store_dir / "index"))
+    try:
+        [(key, _)] = list(env.items(env.order))
+        env.txn.delete(key, db=env.order)
+        env.commit()
+        env.sync()
+    finally:
+        env.close()
+    code, output = _run(main, ["check", str(store_dir)])
+    assert code == 0, output
+    code, output = _run(main, ["check", "--index", str(store_dir)])
+    assert code == 1, output
+    assert f"PROBLEM: index: live message {message.id} has no order key" in output, output
+    assert "ok" not in output.splitlines()

@@ -6,9 +6,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from test_damaged_victims import MFS, _flip_byte_of
 
 import msgcask
+from msgcask.index.catalog import Catalog
 
 
 def test_acked_messages_do_not_resurrect_from_a_victim_kept_after_its_swap(
@@ -67,3 +69,52 @@ def test_acked_messages_do_not_resurrect_from_a_victim_kept_after_its_swap(
     with reopen() as store:
         back = sorted({m.id for m in store.queue("q").browse()} & set(relocated))
         assert back == [], f"acked messages back after a rebuild: {back}"
+
+
+def test_a_victim_still_holding_needed_acks_after_its_swap_is_not_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The swap's last guard: if the classification missed needed records (here it is
+    # made to miss every needed ACK), the accounts still count them, and the victims
+    # must all be kept. A (half live, above the threshold) stays; B holds the ACKs of
+    # A's other half and one live message, so B is rewritten through a swap. Deleting
+    # B without its ACKs would bring A's acked half back on the next rebuild.
+    path = tmp_path / "store"
+
+    def reopen() -> msgcask.Store:
+        return msgcask.open(
+            path, max_file_size=MFS, compaction_interval=None, compaction_threshold=0.3
+        )
+
+    with reopen() as store:
+        q = store.queue("q")
+        a_ids = [q.put(b"a" * 1000, headers={"half": str(i % 2)}) for i in range(50)]
+        filler = store.queue("f")
+        b_ids = [filler.put(b"b" * 1000) for _ in range(50)]
+        acked = {q.get(block=False, selector=lambda h: h["half"] == "0").id for _ in range(25)}
+        for m in [filler.get(block=False) for _ in b_ids]:
+            if m.id != b_ids[-1]:
+                filler.ack(m)
+        for m in acked:
+            q.ack(m)
+        for _ in range(50):  # seal B
+            filler.put(b"f" * 1000)
+            filler.ack(filler.get(block=False))
+        a, b = (f.file_id for f in store.stats().files[:2])
+        assert {p for _, p in store.why_kept(b).needed_acks} == {a}
+        assert store.why_kept(b).live_messages == [("f", b_ids[-1])]
+        expected = {m.id for name in store.queues() for m in store.queue(name).browse()}
+        assert expected == (set(a_ids) - acked) | {b_ids[-1]}
+
+        monkeypatch.setattr(Catalog, "needed_ack", lambda *args: None)
+        store.compact()
+        monkeypatch.undo()
+        files = {f.file_id for f in store.stats().files}
+        assert {a, b} <= files, "a victim holding needed ACKs was deleted"
+        assert {m.id for name in store.queues() for m in store.queue(name).browse()} == expected
+        assert store.verify() == []
+    shutil.rmtree(path / "index")
+    with reopen() as store:
+        back = {m.id for name in store.queues() for m in store.queue(name).browse()}
+        assert not back & acked, f"acked messages back after a rebuild: {sorted(back & acked)}"
+        assert back == expected

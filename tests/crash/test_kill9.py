@@ -288,8 +288,6 @@ def test_kill9_during_compaction_leaves_a_consistent_store(
     unexpected_entries: Callable[[Path], list[str]],
     data_files: Callable[[Path], list[Path]],
 ) -> None:
-    if not hasattr(msgcask.Store, "compact"):
-        pytest.skip("msgcask.Store.compact is not implemented yet")
     lines, in_compaction = crash_loop(
         store_path, "periodic", scaled(4), "compact", 65536, verify, unexpected_entries, data_files
     )

@@ -129,7 +129,7 @@ def test_power_cut_without_sync_loses_unsynced_puts(store_path: Path) -> None:
     for i in range(10):
         q.put(body(i))
     changed = power_cut(store, fs, "index kept")
-    assert changed == ["truncated 0000000001.log to 32"]
+    assert changed == [f"truncated 0000000001.log to {fmt.FILE_HEADER_SIZE}"]
     with reopen(store_path) as store:
         assert live_ids(store) == set()
 

@@ -5,6 +5,7 @@ letters the store would deliver, bodies included."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,13 @@ import pytest
 from click.testing import CliRunner
 
 import msgcask
+from msgcask.check import scan_files
 from msgcask.cli.main import main
 from msgcask.pipeline.audit import audit
 from msgcask.pipeline.dead_letters import dead_letters, export_dead_letters
 from msgcask.pipeline.live import read_rows
+from msgcask.store import codec
+from msgcask.store import format as fmt
 
 pytestmark = pytest.mark.spark
 SMALL = 2**16
@@ -83,6 +87,39 @@ def test_the_audit_leaves_out_what_a_compaction_made_redundant(
         for r in audit(spark, str(tmp_path)).files.collect()
     }
     assert got == expected
+
+
+def test_the_audit_counts_each_files_bytes_records_and_damage(
+    spark: Any, tmp_path: Path, scaled: Any
+) -> None:
+    # The audit's other columns against `msgcask check`'s own read of the files
+    # (scan_files) and their sizes on disk, with one record damaged in a sealed file.
+    pinned_store(tmp_path, scaled)
+    first = sorted(tmp_path.glob("*.log"))[0]
+    buf = bytearray(first.read_bytes())
+    damaged = next(
+        item
+        for item in codec.scan(bytes(buf), fmt.FILE_HEADER_SIZE)
+        if isinstance(item, codec.Record) and item.rtype == fmt.TYPE_PUT
+    )
+    buf[damaged.end - 10] ^= 0xFF  # a body byte: its checksum no longer matches
+    first.write_bytes(bytes(buf))
+    scanned = scan_files(str(tmp_path))
+    expected = {
+        f.file_id: (
+            os.path.getsize(f.path),
+            sum(f.records.values()),
+            sum(d.length for d in f.damage),
+        )
+        for f in scanned.files
+    }
+    assert expected[int(first.name[:10])][2] >= damaged.size  # the damage is there to count
+    result = audit(spark, str(tmp_path))
+    got = {r.file_id: (r.size, r.records, r.damaged_bytes) for r in result.files.collect()}
+    assert got == expected
+    assert result.totals["disk_bytes"] == sum(size for size, _, _ in expected.values())
+    assert result.totals["damaged_bytes"] == sum(d for _, _, d in expected.values())
+    result.release()
 
 
 def test_the_dead_letter_export_is_the_dead_letter_queue(
