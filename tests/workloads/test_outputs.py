@@ -40,6 +40,10 @@ def test_summary_lists_every_run_and_ratio(run_tiny: Run) -> None:
     text = summary(doc)
     assert "msgcask[compaction on]" in text and "sqlite3" in text
     assert "ratios msgcask[compaction on] / other" in text
+    assert "not measured" not in text
+    # A kill -9 reopen that could not be measured says why, not just "-".
+    doc["runs"][0]["reopen"]["crash"] = {"seconds": None, "messages": None, "error": "boom"}
+    assert "msgcask[compaction on]: reopen after kill -9 not measured: boom" in summary(doc)
 
 
 def test_table_aligns_columns() -> None:

@@ -69,10 +69,21 @@ def test_priority_pin_runs_on_the_sqlite_peer_in_order(run_tiny: Run) -> None:
     assert run["phases"]["priority_pin"]["rounds_completed"] == 12
 
 
+def test_a_batch_is_noted_where_a_peer_has_no_atomic_one(run_tiny: Run) -> None:
+    doc, _ = run_tiny("steady", peers=["sqlite3", "diskcache-deque"], batch=10)
+    notes = {r["subject"]: r["notes"] for r in doc["runs"]}
+    assert notes["diskcache-deque"] == [
+        "--batch 10: diskcache-deque has no atomic batch here; each batch is 10 puts, "
+        "each committed on its own"
+    ]
+    assert not any("atomic batch" in n for n in notes["msgcask"] + notes["sqlite3"])
+
+
 def test_peer_selection() -> None:
     assert parse_peers("none") == []
     assert parse_peers("all") == list(PEERS)
     assert parse_peers(" sqlite3, litequeue ") == ["sqlite3", "litequeue"]
+    assert parse_peers("sqlite3,litequeue,sqlite3") == ["sqlite3", "litequeue"]
     assert peer_unavailable("sqlite3") is None
     reason = peer_unavailable("bogus")
     assert reason is not None and "unknown" in reason

@@ -126,6 +126,9 @@ def summary(doc: dict[str, Any]) -> str:
             )
         for e in r["errors"]:
             parts.append(f"{r['label']}: error: {e}")
+        crash_error = (r["reopen"]["crash"] or {}).get("error")
+        if crash_error:
+            parts.append(f"{r['label']}: reopen after kill -9 not measured: {crash_error}")
         for n in r["notes"]:
             parts.append(f"{r['label']}: note: {n}")
         parts.extend(_phase_lines(r))

@@ -86,6 +86,11 @@ def run_one(cfg: RunConfig, name: str, compaction: bool, base: str) -> dict[str,
     # A failure of the subject itself (an open, a close, a reopen) fails this run
     # and is recorded in it; the other subjects still run.
     opened = _attempt(ctx, "open", subject.open)
+    if cfg.batch > 1 and not subject.atomic_batch:
+        ctx.notes.append(
+            f"--batch {cfg.batch}: {name} has no atomic batch here; each batch is "
+            f"{cfg.batch} puts, each committed on its own"
+        )
     bar = _progress(cfg, label)
 
     def on_sample(s: dict[str, Any]) -> None:

@@ -42,7 +42,8 @@ def parse_peers(spec: str) -> list[str]:
         return []
     if spec == "all":
         return list(PEERS)
-    names = [p.strip() for p in spec.split(",") if p.strip()]
+    # A peer named twice runs once (two runs under one label would read as one).
+    names = list(dict.fromkeys(p.strip() for p in spec.split(",") if p.strip()))
     unknown = [n for n in names if n not in PEERS]
     if unknown:
         raise ValueError(

@@ -41,6 +41,7 @@ class Subject:
     name = "subject"
     capabilities: frozenset[str] = frozenset()
     sync_note = ""
+    atomic_batch = False  # put_many writes all or nothing (else: a loop of puts)
 
     def __init__(self, path: str, *, sync: str, max_deliveries: int) -> None:
         self.path = path

@@ -42,6 +42,7 @@ class MsgcaskSubject(Subject):
     """msgcask as a subject; ``compaction=False`` opens it with no compaction schedule."""
 
     name = "msgcask"
+    atomic_batch = True
     capabilities = frozenset({ACK, NACK, DEAD_LETTER, PRIORITY, SELECTOR})
 
     def __init__(

@@ -34,6 +34,7 @@ class SqliteSubject(Subject):
     """One connection per thread: a sqlite3 connection must not be shared by threads."""
 
     name = "sqlite3"
+    atomic_batch = True
     capabilities = frozenset({ACK, NACK, DEAD_LETTER, PRIORITY})
 
     def open(self) -> None:
