@@ -376,12 +376,40 @@ def _torn_tail(view: memoryview, pos: int, end: int, reason: str) -> Damage:
     return Damage(pos, len(tail), reason, True, zeros=len(tail) - written)
 
 
-def scan(buf: Buffer, start: int, limit: int | None = None) -> Iterator[Record | Damage]:
+def _only_zeros(view: memoryview, start: int, limit: int) -> bool:
+    return start >= limit or not bytes(view[start:limit]).strip(b"\0")
+
+
+def _torn_append(view: memoryview, pos: int, limit: int) -> bool:
+    """In a write head, whether the damage at ``pos`` is the append a crash cut
+    short: its header was never written (zeros: a mapped copy may store a
+    record's first bytes last), or it names a record that runs past the end of
+    the file or is followed by nothing but the preallocated zero tail. The
+    bytes inside such a record are the caller's body, not records."""
+    if limit - pos < fmt.RECORD_HEADER_SIZE:
+        return True
+    if _only_zeros(view, pos, pos + fmt.RECORD_HEADER_SIZE):
+        return True
+    _, length, rtype = fmt.RECORD_HEADER.unpack_from(view, pos)
+    if rtype not in _LEAST_PAYLOAD:
+        return False
+    return _only_zeros(view, pos + fmt.RECORD_HEADER_SIZE + length, limit)
+
+
+def scan(
+    buf: Buffer, start: int, limit: int | None = None, *, head: bool = False
+) -> Iterator[Record | Damage]:
     """Yield every intact record and every damaged stretch in ``buf[start:limit]``.
 
     Records inside a BATCH are yielded only once the whole batch has been seen
     intact, so a batch torn at the tail yields nothing but one ``Damage`` that
     starts at the batch's header. The BATCH record itself is not yielded.
+
+    ``head``: ``buf`` is the last journal file, whose last append a crash may
+    have cut short. A damaged record that reaches the end of the data (or only
+    zeros follow it) is then a torn tail as a whole: nothing inside it is
+    searched for records, since a message body may hold bytes that parse as
+    one (an ACK of another message, say) and must never be applied.
     """
     end_of_data = len(buf) if limit is None else limit
     view = memoryview(buf)  # checksums over slices of it copy nothing
@@ -389,7 +417,10 @@ def scan(buf: Buffer, start: int, limit: int | None = None) -> Iterator[Record |
     while pos < end_of_data:
         rtype, end, reason = _check_record(view, pos, end_of_data)
         if not rtype:
-            nxt = _resync(buf, pos + 1, end_of_data)
+            if head and _torn_append(view, pos, end_of_data):
+                nxt = None
+            else:
+                nxt = _resync(buf, pos + 1, end_of_data)
             if nxt is None:
                 yield _torn_tail(view, pos, end_of_data, reason)
                 return
@@ -415,7 +446,8 @@ def scan(buf: Buffer, start: int, limit: int | None = None) -> Iterator[Record |
             pos = batch_end
             continue
         # Incomplete batch: torn if nothing intact follows, else mid-file damage.
-        nxt = _resync(buf, max(sub, end), end_of_data) if batch_end <= end_of_data else None
+        torn = batch_end > end_of_data or (head and _only_zeros(view, batch_end, end_of_data))
+        nxt = None if torn else _resync(buf, max(sub, end), end_of_data)
         if nxt is None:
             yield _torn_tail(view, pos, end_of_data, "incomplete batch")
             return

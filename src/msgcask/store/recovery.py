@@ -424,7 +424,7 @@ class Recovery:
         # a batch is flushed before any other record so file order is kept.
         puts: list[tuple[int, int, int, int, int, int]] = []
         queue_ids: dict[str, int] = {}
-        for item in codec.scan(buf, start):
+        for item in codec.scan(buf, start, head=truncate_tail):
             if isinstance(item, codec.Damage):
                 if report:
                     self._damage(file_id, item, truncate_tail)
