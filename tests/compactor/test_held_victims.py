@@ -118,3 +118,50 @@ def test_a_victim_still_holding_needed_acks_after_its_swap_is_not_deleted(
         back = {m.id for name in store.queues() for m in store.queue(name).browse()}
         assert not back & acked, f"acked messages back after a rebuild: {sorted(back & acked)}"
         assert back == expected
+
+
+def test_a_victim_kept_by_the_guard_keeps_the_acks_of_its_consumed_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same guard, with a victim B that also holds PUT records of messages acked
+    # after B was sealed (their ACKs are in C). B is kept, so those records stay on
+    # disk: the ACKs in C must stay needed. Released before the guard decided, they
+    # let C be deleted, and the next rebuild brought B's consumed messages back.
+    path = tmp_path / "store"
+
+    def reopen() -> msgcask.Store:
+        return msgcask.open(
+            path, max_file_size=MFS, compaction_interval=None, compaction_threshold=0.3
+        )
+
+    with reopen() as store:
+        q = store.queue("q")
+        for i in range(50):
+            q.put(b"a" * 1000, headers={"half": str(i % 2)})
+        acked = {q.get(block=False, selector=lambda h: h["half"] == "0").id for _ in range(25)}
+        filler = store.queue("f")
+        b_ids = [filler.put(b"b" * 1000) for _ in range(50)]
+        for m in acked:
+            q.ack(m)  # in B: needed ACKs of A's messages
+        got = [filler.get(block=False) for _ in b_ids]
+        with store._lock:
+            store._roll_over()  # seal B; C is the head
+        for m in got[:-1]:
+            filler.ack(m)  # in C: ACKs of B's messages
+        b = store.stats().files[1].file_id
+
+        monkeypatch.setattr(Catalog, "needed_ack", lambda *args: None)
+        store.compact(threshold=0.3)
+        monkeypatch.undo()
+        assert b in {f.file_id for f in store.stats().files}, "the guard did not keep B"
+        assert store.verify() == []
+        for _ in range(60):  # seal C
+            filler.put(b"g" * 1000)
+            filler.ack(filler.get(block=False))
+        store.compact(threshold=0.01)
+        assert store.verify() == []
+        expected = {m.id for name in store.queues() for m in store.queue(name).browse()}
+    shutil.rmtree(path / "index")
+    with reopen() as store:
+        back = {m.id for name in store.queues() for m in store.queue(name).browse()}
+        assert back == expected, f"acked messages back after a rebuild: {sorted(back - expected)}"

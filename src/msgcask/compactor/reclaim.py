@@ -60,10 +60,19 @@ def reclaim(store: Store, file_ids: list[int]) -> tuple[int, int]:
 
 
 def _retire(store: Store, file_ids: list[int], retired: list[int]) -> None:
-    """Release and mark retired each file that still holds nothing needed."""
+    """Release and mark retired each file that still holds nothing needed.
+
+    Only files that held nothing needed before any of them was released: one
+    that a release here makes reclaimable (the file of the ACKs cancelling
+    another one's PUT records) waits for a later round, which starts after
+    this round's unlinks were made durable, so the PUT file is gone from the
+    disk before the ACK file is (a rewrite whose victims all died since its
+    plan passes a list of files that were not all reclaimable)."""
+    with store._lock:
+        ready = {f for f in file_ids if (a := store._acct.files.get(f)) and a.reclaimable}
     for file_id in file_ids:
         acct = store._acct.files.get(file_id)
-        if acct is None or acct.retired:
+        if acct is None or acct.retired or file_id not in ready:
             continue
         with store._lock:
             if not acct.reclaimable or file_id == store._journal.head_id:

@@ -175,14 +175,21 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
                         catalog.carry_ack(copy.msg_id, copy.victim, out_id, copy.put_file)
                     else:
                         catalog.carry_deliver(copy.msg_id, copy.count, copy.victim, out_id)
-        for victim in victims:
-            # Consumed messages stay consumed, so what was found during the
-            # classification still holds; those acked since were moved to the copy.
-            release(store, victim, dead_puts[victim])
+        with store._lock:
+            # Decided before anything is released: a kept victim keeps its
+            # consumed PUT records on disk, so the ACKs cancelling them must stay
+            # needed (released, their files could go, and a rebuild would bring
+            # those messages back).
+            held = _held(store, victims, dead_puts)
+        if not held:
+            for victim in victims:
+                # Consumed messages stay consumed, so what was found during the
+                # classification still holds; those acked since were moved to the copy.
+                release(store, victim, dead_puts[victim])
         with store._lock:
             # All victims go, or none: the MANIFEST names them all, and a rebuild
             # that finds some gone treats the others as redundant.
-            held = [
+            held = held or [
                 v
                 for v in victims
                 if not store._acct[v].reclaimable
@@ -211,6 +218,28 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
     freed = delete_retired(store, retired)
     # Net bytes: what the victims held minus what their copy takes.
     return RewriteResult(len(retired), out.size, freed - out.size, tuple(skipped))
+
+
+def _held(
+    store: Store, victims: list[int], dead_puts: dict[int, list[tuple[int, int]]]
+) -> list[int]:
+    """The victims that would still hold something needed once every victim's
+    consumed PUT records released their ACKs (some of which may sit in other
+    victims). Call with the store's lock held, after the swap's moves."""
+    acct = store._acct
+    released: dict[int, int] = {}  # needed marks the releases would take from each file
+    for victim in victims:
+        for _, ack_file in dead_puts[victim]:
+            released[ack_file] = released.get(ack_file, 0) + 1
+        for ack_file, count in acct[victim].acked_in.items():
+            released[ack_file] = released.get(ack_file, 0) + count
+    return [
+        v
+        for v in victims
+        if acct[v].live_messages
+        or acct[v].needed_marks > released.get(v, 0)
+        or acct[v].dead_puts != len(dead_puts[v])
+    ]
 
 
 def _write_output(
