@@ -91,6 +91,15 @@ class Options:
             raise TypeError(
                 f"keep_data_files must be a bool, got {type(self.keep_data_files).__name__}"
             )
+        if self.max_store_size is not None and (
+            isinstance(self.max_store_size, bool) or not isinstance(self.max_store_size, int)
+        ):
+            raise TypeError("max_store_size must be an int (bytes) or None")
+        # Frozen: the normalized value goes in the way the dataclass's own __init__ does.
+        object.__setattr__(
+            self, "background_cpus", check_cpus("background_cpus", self.background_cpus)
+        )
+        # After every setting's type: a bad type is a TypeError whatever it comes with.
         if self.keep_data_files and (
             self.compaction_interval is not None or self.max_store_size is not None
         ):
@@ -98,13 +107,7 @@ class Options:
                 "keep_data_files=True keeps every data file, so nothing may compact: pass "
                 "compaction_interval=None and no max_store_size with it"
             )
-        # Frozen: the normalized value goes in the way the dataclass's own __init__ does.
-        object.__setattr__(
-            self, "background_cpus", check_cpus("background_cpus", self.background_cpus)
-        )
         if self.max_store_size is not None:
-            if isinstance(self.max_store_size, bool) or not isinstance(self.max_store_size, int):
-                raise TypeError("max_store_size must be an int (bytes) or None")
             if self.max_store_size < 4 * self.max_file_size:
                 raise ValueError(
                     "max_store_size must be at least 4 data files "

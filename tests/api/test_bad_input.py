@@ -292,6 +292,16 @@ BAD_OPTIONS: dict[str, tuple[dict[str, Any], type[Exception]]] = {
     "threshold_huge_int": ({"compaction_threshold": 10**400}, ValueError),
     "compaction_interval_huge_int": ({"compaction_interval": 10**400}, ValueError),
     "max_store_size_negative": ({"max_store_size": -1}, ValueError),
+    "max_store_size_str": ({"max_store_size": "1GB"}, TypeError),
+    # A bad type is a TypeError even beside a setting it could not be combined with.
+    "max_store_size_str_with_keep_data_files": (
+        {"max_store_size": "1GB", "keep_data_files": True, "compaction_interval": None},
+        TypeError,
+    ),
+    "background_cpus_str_with_keep_data_files": (
+        {"background_cpus": "0", "keep_data_files": True},
+        TypeError,
+    ),
     # Past what the platform's timers can wait: refused, not a dead background thread.
     "sync_interval_past_an_hour": ({"sync_interval": 1e300}, ValueError),
     "compaction_interval_past_a_year": ({"compaction_interval": 1e12}, ValueError),
