@@ -14,7 +14,8 @@
 # steps 1-2 are skipped while it matches. Delete .venv (or `make clean`) to start over.
 #
 # Environment:
-#   MSGCASK_PYTHON=/path/to/python   use this interpreter for the venv
+#   MSGCASK_PYTHON=/path/to/python   use this interpreter for the venv (3.11+, else we
+#                                    stop; a .venv made with another one is rebuilt)
 #   MSGCASK_SKIP_JAVA=1              do not look for or install Java
 set -euo pipefail
 
@@ -38,7 +39,7 @@ fi
 
 stamp_key() {
     {
-        printf 'path=%s\nextras=%s\n' "$ROOT" "$EXTRAS"
+        printf 'path=%s\nextras=%s\npython=%s\n' "$ROOT" "$EXTRAS" "${MSGCASK_PYTHON:-}"
         sha256sum pyproject.toml "$SELF" | cut -d' ' -f1
     } | sha256sum | cut -d' ' -f1
 }
@@ -107,8 +108,7 @@ is_py311_plus() {
 
 find_python() {
     local cand
-    for cand in "${MSGCASK_PYTHON:-}" python3.11 python3; do
-        [[ -n "$cand" ]] || continue
+    for cand in python3.11 python3; do
         if command -v "$cand" >/dev/null 2>&1 && is_py311_plus "$cand"; then
             command -v "$cand"
             return 0
@@ -117,8 +117,17 @@ find_python() {
     return 1
 }
 
-PY="$(find_python)" || die "need Python 3.11+ (python3.11, or python3 at 3.11 or newer) on PATH;
+if [[ -n "${MSGCASK_PYTHON:-}" ]]; then
+    # Asked for by name: that one or none, never another without a word.
+    command -v "$MSGCASK_PYTHON" >/dev/null 2>&1 ||
+        die "MSGCASK_PYTHON=$MSGCASK_PYTHON: no such interpreter; unset it or name a Python 3.11+"
+    is_py311_plus "$MSGCASK_PYTHON" ||
+        die "MSGCASK_PYTHON=$MSGCASK_PYTHON is older than 3.11 (or does not run); name a Python 3.11+"
+    PY="$(command -v "$MSGCASK_PYTHON")"
+else
+    PY="$(find_python)" || die "need Python 3.11+ (python3.11, or python3 at 3.11 or newer) on PATH;
            on Debian/Ubuntu: apt-get install -y python3 python3-venv"
+fi
 
 # A venv that does not run, or that was made for another checkout path (its scripts'
 # #! lines point there), is rebuilt from scratch.
@@ -128,6 +137,9 @@ if [[ -d "$VENV" ]]; then
         rm -rf "$VENV"
     elif [[ -f "$VENV/.msgcask-path" && "$(cat "$VENV/.msgcask-path")" != "$ROOT" ]]; then
         say "removing .venv made for another path ($(cat "$VENV/.msgcask-path"))"
+        rm -rf "$VENV"
+    elif [[ -n "${MSGCASK_PYTHON:-}" && "$(cat "$VENV/.msgcask-python" 2>/dev/null)" != "$PY" ]]; then
+        say "removing .venv made with another interpreter (MSGCASK_PYTHON=$MSGCASK_PYTHON)"
         rm -rf "$VENV"
     fi
 fi
@@ -149,6 +161,7 @@ if [[ ! -d "$VENV" ]]; then
 fi
 
 printf '%s\n' "$ROOT" >"$VENV/.msgcask-path"
+[[ -f "$VENV/.msgcask-python" ]] || printf '%s\n' "$PY" >"$VENV/.msgcask-python"
 
 # --------------------------------------------------------------------------- install
 
