@@ -107,10 +107,9 @@ class Options:
                 "keep_data_files=True keeps every data file, so nothing may compact: pass "
                 "compaction_interval=None and no max_store_size with it"
             )
-        if self.max_store_size is not None:
-            if self.max_store_size < 4 * self.max_file_size:
-                raise ValueError(
-                    "max_store_size must be at least 4 data files "
-                    f"(4 * max_file_size = {4 * self.max_file_size} bytes), "
-                    f"got {self.max_store_size}"
-                )
+        if self.max_store_size is not None and self.max_store_size < 4 * self.max_file_size:
+            raise ValueError(
+                "max_store_size must be at least 4 data files "
+                f"(4 * max_file_size = {4 * self.max_file_size} bytes), "
+                f"got {self.max_store_size}"
+            )
