@@ -127,6 +127,16 @@ def test_a_subject_that_fails_to_open_fails_its_run_and_the_others_go_on(
     assert sqlite_run["status"] == "ok"
 
 
+@pytest.mark.parametrize("workload", ["steady", "dlq-heavy", "selector-skip", "deep-queue"])
+def test_the_progress_bar_ends_full(run_tiny: Run, workload: str) -> None:
+    # Its total is the puts and acks the run will do: messages never acked
+    # (dead letters, skipped ones) are not counted in it.
+    doc, _ = run_tiny(workload, peers=[], compaction="off")
+    run = _only_msgcask(doc)
+    cfg = RunConfig(workload=workload, **TINY)
+    assert definitions.expected_operations(cfg) == run["counts"]["put"] + run["counts"]["acked"]
+
+
 def test_dlq_heavy_keeps_dead_letters_live(run_tiny: Run) -> None:
     doc, _ = run_tiny("dlq-heavy", peers=[], pin_every=100)
     run = _only_msgcask(doc)

@@ -543,4 +543,6 @@ def expected_operations(cfg: RunConfig) -> int:
     if cfg.workload == "priority-pin":
         per_round = max(1, int(cfg.max_file_size // (cfg.size + RECORD_OVERHEAD)))
         return cfg.pin_rounds * (2 * per_round + 1)
+    if cfg.workload in ("dlq-heavy", "selector-skip"):
+        return 2 * n - n // cfg.pin_period  # one in P is never acked
     return 2 * n
