@@ -1634,6 +1634,7 @@ class Store:
                 raise ValueError(f"no data file {file_id}; the store has files {known}")
             records = needed.parse(self._handles[file_id].read_all())
             found = needed.classify(self._catalog, file_id, records, self._acct.id_ranges())
+            needed.drop_acks_past_their_file(self, found)
             names = {qid: name for name, qid in self._catalog.queue_ids.items()}
             return KeptReport(
                 file_id,

@@ -105,7 +105,64 @@ def find(store: Store, file_id: int, records: FileRecords) -> Needed:
         whole.delivers += found.delivers
         whole.dead_puts += found.dead_puts
     whole.dead_puts = list(dict(whole.dead_puts).items())  # each released once
+    drop_acks_past_their_file(store, whole, store._pacer.pause)
     return whole
+
+
+def drop_acks_past_their_file(
+    store: Store, needed: Needed, pause: Callable[[], None] | None = None
+) -> None:
+    """Leave out of ``needed.acks`` the counted ACKs (no index entry) that a
+    journal file's range takes for its own but whose PUT record it cannot hold.
+
+    A deleted journal file's range of ids falls to the file before it
+    (``IdRanges.holder``), whose count of ACKs in this file then seems to cover
+    the deleted file's ACKs too. Copied, they would count for nothing, and the
+    copy would look as sparse as its victim: every pass would copy them again.
+    Only where a file seems to hold more of them than it counts is its highest
+    PUT id read (a sealed file never changes, so once); ids above it were the
+    deleted file's. Takes the store's lock (re-entrant)."""
+    with store._lock:
+        head, catalog = store._journal.head_id, store._catalog
+        by_file: dict[int, list[int]] = {}
+        for msg_id, put_file in needed.acks:
+            if put_file != head and catalog.lookup(msg_id) is None:
+                by_file.setdefault(put_file, []).append(msg_id)
+        suspect = {}
+        for put_file, ids in by_file.items():
+            account = store._acct.files.get(put_file)
+            if account is not None and len(ids) > account.acked_in.get(needed.file_id, 0):
+                suspect[put_file] = ids
+    drop: set[int] = set()
+    for put_file, ids in suspect.items():
+        highest = highest_put_id(store, put_file, pause)
+        if highest is not None:
+            drop.update(i for i in ids if i > highest)
+    if drop:
+        needed.acks = [(m, f) for m, f in needed.acks if m not in drop]
+
+
+def highest_put_id(
+    store: Store, file_id: int, pause: Callable[[], None] | None = None
+) -> int | None:
+    """The highest id of a PUT record in sealed journal file ``file_id``; None
+    if it cannot be read whole (gone, an I/O error, damage), which keeps every
+    ACK its range claims."""
+    known = store._compactor.highest_put_ids
+    if file_id in known:
+        return known[file_id]
+    handle = store._handles.get(file_id)
+    if handle is None:
+        return None
+    try:
+        buf = handle.read_all()
+    except (OSError, ValueError):  # ValueError: closed by a deletion meanwhile
+        return None
+    records = parse(buf, pause)
+    if records.damaged:
+        return None
+    known[file_id] = highest = max((msg_id for msg_id, _ in records.puts), default=0)
+    return highest
 
 
 # Index entries scanned per hold of the store's lock, in units of the pacer's
