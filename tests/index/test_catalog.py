@@ -387,7 +387,7 @@ class TestCountedAcks:
         jcat.ack(21, 3)
         jcat.ack(22, 2)  # in its own file: not needed
         ranges = jcat.acct.id_ranges()
-        assert [jcat.needed_ack(i, 3, ranges) for i in (12, 21)] == [1, 2]
+        assert [jcat.needed_ack(i, 3, ranges) for i in (12, 21)] == [(1, True), (2, True)]
         assert jcat.needed_ack(22, 2, ranges) is None
         assert jcat.needed_ack(12, 4, ranges) is None  # file 1 counts nothing in 4
         assert jcat.needed_ack(5, 3, ranges) is None  # below every range

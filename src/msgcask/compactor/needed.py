@@ -40,6 +40,9 @@ class Needed:
     file_id: int
     puts: list[tuple[int, codec.Record, Live]] = field(default_factory=list)
     acks: list[tuple[int, int]] = field(default_factory=list)  # (id, file of its PUT)
+    # The ids among ``acks`` that are counted ACKs (no index entry), by the file
+    # whose range holds them (its count says how many are needed, not which).
+    counted: dict[int, list[int]] = field(default_factory=dict)
     delivers: list[tuple[int, int]] = field(default_factory=list)  # (id, count)
     # (id, ACK file) of the consumed messages whose PUT record is in this file:
     # their ACKs are released once the file is gone.
@@ -104,6 +107,8 @@ def find(store: Store, file_id: int, records: FileRecords) -> Needed:
         whole.acks += found.acks
         whole.delivers += found.delivers
         whole.dead_puts += found.dead_puts
+        for put_file, ids in found.counted.items():
+            whole.counted.setdefault(put_file, []).extend(ids)
     whole.dead_puts = list(dict(whole.dead_puts).items())  # each released once
     drop_acks_past_their_file(store, whole, store._pacer.pause)
     return whole
@@ -123,15 +128,15 @@ def drop_acks_past_their_file(
     PUT id read (a sealed file never changes, so once); ids above it were the
     deleted file's. Takes the store's lock (re-entrant)."""
     with store._lock:
-        head, catalog = store._journal.head_id, store._catalog
-        by_file: dict[int, list[int]] = {}
-        for msg_id, put_file in needed.acks:
-            if put_file != head and catalog.lookup(msg_id) is None:
-                by_file.setdefault(put_file, []).append(msg_id)
+        head = store._journal.head_id
         suspect = {}
-        for put_file, ids in by_file.items():
+        for put_file, ids in needed.counted.items():
             account = store._acct.files.get(put_file)
-            if account is not None and len(ids) > account.acked_in.get(needed.file_id, 0):
+            if (
+                put_file != head
+                and account is not None
+                and len(ids) > account.acked_in.get(needed.file_id, 0)
+            ):
                 suspect[put_file] = ids
     drop: set[int] = set()
     for put_file, ids in suspect.items():
@@ -294,9 +299,12 @@ def classify(catalog: Catalog, file_id: int, records: FileRecords, ranges: IdRan
     # without needed marks has none among the records parsed earlier either.
     if account.needed_marks:
         for msg_id in records.acks:
-            put_file = catalog.needed_ack(msg_id, file_id, ranges)
-            if put_file is not None:
+            found = catalog.needed_ack(msg_id, file_id, ranges)
+            if found is not None:
+                put_file, counted = found
                 needed.acks.append((msg_id, put_file))
+                if counted:
+                    needed.counted.setdefault(put_file, []).append(msg_id)
         for msg_id, count in records.delivers:
             entry = catalog.lookup(msg_id)
             if (

@@ -379,19 +379,19 @@ class Catalog:
                     return end
             return int(keys.MSG_KEY.unpack(cur.key())[0])
 
-    def needed_ack(self, msg_id: int, file_id: int, ranges: IdRanges) -> int | None:
+    def needed_ack(self, msg_id: int, file_id: int, ranges: IdRanges) -> tuple[int, bool] | None:
         """If the ACK record of ``msg_id`` in ``file_id`` is needed, the file
         holding the PUT record it cancels (or, for a counted ACK, the file
-        whose range holds the id); else None."""
+        whose range holds the id), and whether it is a counted one; else None."""
         entry = self.lookup(msg_id)
         if isinstance(entry, Acked):
-            return entry.put_file if entry.ack_file == file_id else None
+            return (entry.put_file, False) if entry.ack_file == file_id else None
         if entry is not None:
             return None
         holder = ranges.holder(msg_id)
         if holder is None or holder == file_id or not self.acct[holder].acked_in.get(file_id):
             return None
-        return holder
+        return holder, True
 
 
 def _move_count(counts: dict[int, int], old: int, new: int) -> None:
