@@ -8,6 +8,7 @@ budget, then delete again. One pass runs at a time.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -23,6 +24,8 @@ from msgcask.store import format as fmt
 
 if TYPE_CHECKING:
     from msgcask.db import Store
+
+log = logging.getLogger("msgcask")
 
 _MAX_RECLAIM_ROUNDS = 64
 _MANIFEST_ROOM = 4096  # header and MANIFEST of a compacted file, generously
@@ -190,6 +193,19 @@ class Compactor:
             ):
                 store._roll_over()
 
+    def _give_back_head_space(self) -> None:
+        """In a quiet store, free the write head's space allocated ahead of
+        writes: disk use then follows the live data there too."""
+        try:
+            self._store._journal.give_back_allocated()
+        except OSError as e:
+            log.warning(
+                "msgcask: could not free the write head's preallocated space in %s (%s); "
+                "it is freed when the store is closed",
+                self._store.path,
+                e.strerror or e,
+            )
+
     def behind(self) -> bool:
         """Whether compaction is behind: disk use is near the space bound, or
         passes have a backlog of work (background work then does not step aside
@@ -279,6 +295,8 @@ class Compactor:
             rewritten, copied = result.files_rewritten, result.bytes_copied
             freed += result.bytes_reclaimed
         more_deleted, more_freed = self._reclaim_all(threshold, limit)
+        if idle:
+            self._give_back_head_space()
         report = CompactionReport(
             files_deleted=deleted + more_deleted,
             files_rewritten=rewritten,

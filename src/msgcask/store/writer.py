@@ -108,6 +108,13 @@ class Journal:
             # The partial record stays; recovery treats it as a torn tail.
             self.head.size = size
 
+    def give_back_allocated(self) -> None:
+        """Free the head's space allocated ahead of writes (up to a chunk of
+        zeros on disk): for a store gone quiet. The next append allocates again.
+        Raises OSError if the file cannot be cut."""
+        with self._append_lock:
+            self.head.trim()
+
     def roll_over(self) -> None:
         """Seal the head (fsync it) and start a new journal file. Raises Error
         (the head stays as it was) if the OS fails."""

@@ -1,0 +1,33 @@
+"""A store gone quiet gives back its write head's space allocated ahead of writes.
+
+The head is written through a map, a chunk (up to 1 MiB) allocated at a time; a
+quiet store kept that chunk of zeros on disk for as long as it stayed quiet, which
+for a store of a few kilobytes of live messages is most of its disk use.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgcask
+
+
+def test_an_idle_pass_gives_back_the_heads_allocated_space(store_path: Path) -> None:
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        q = store.queue("q")
+        ids = [q.put(b"m" * 500) for _ in range(20)]
+        head = store._journal.head
+        written = head.size
+        assert os.path.getsize(head.path) > written  # a chunk allocated ahead
+        store.compact()  # writes came since the last pass: not idle
+        store.compact()  # nothing written since: idle
+        assert store._journal.head is head, "the head was sealed: nothing to show"
+        assert os.path.getsize(head.path) == written
+        # Appends go on: the next one allocates a chunk again.
+        ids.append(q.put(b"n" * 500))
+        assert os.path.getsize(head.path) > head.size
+        assert [m.id for m in q.browse()] == ids
+        assert store.verify() == []
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert [m.id for m in store.queue("q").browse()] == ids
