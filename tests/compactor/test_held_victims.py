@@ -71,6 +71,10 @@ def test_acked_messages_do_not_resurrect_from_a_victim_kept_after_its_swap(
         assert back == [], f"acked messages back after a rebuild: {back}"
 
 
+def _open_at_threshold(path: Path) -> msgcask.Store:
+    return msgcask.open(path, max_file_size=MFS, compaction_interval=None, compaction_threshold=0.3)
+
+
 def test_a_victim_still_holding_needed_acks_after_its_swap_is_not_deleted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -81,12 +85,7 @@ def test_a_victim_still_holding_needed_acks_after_its_swap_is_not_deleted(
     # B without its ACKs would bring A's acked half back on the next rebuild.
     path = tmp_path / "store"
 
-    def reopen() -> msgcask.Store:
-        return msgcask.open(
-            path, max_file_size=MFS, compaction_interval=None, compaction_threshold=0.3
-        )
-
-    with reopen() as store:
+    with _open_at_threshold(path) as store:
         q = store.queue("q")
         a_ids = [q.put(b"a" * 1000, headers={"half": str(i % 2)}) for i in range(50)]
         filler = store.queue("f")
@@ -114,7 +113,7 @@ def test_a_victim_still_holding_needed_acks_after_its_swap_is_not_deleted(
         assert {m.id for name in store.queues() for m in store.queue(name).browse()} == expected
         assert store.verify() == []
     shutil.rmtree(path / "index")
-    with reopen() as store:
+    with _open_at_threshold(path) as store:
         back = {m.id for name in store.queues() for m in store.queue(name).browse()}
         assert not back & acked, f"acked messages back after a rebuild: {sorted(back & acked)}"
         assert back == expected
@@ -129,12 +128,7 @@ def test_a_victim_kept_by_the_guard_keeps_the_acks_of_its_consumed_messages(
     # let C be deleted, and the next rebuild brought B's consumed messages back.
     path = tmp_path / "store"
 
-    def reopen() -> msgcask.Store:
-        return msgcask.open(
-            path, max_file_size=MFS, compaction_interval=None, compaction_threshold=0.3
-        )
-
-    with reopen() as store:
+    with _open_at_threshold(path) as store:
         q = store.queue("q")
         for i in range(50):
             q.put(b"a" * 1000, headers={"half": str(i % 2)})
@@ -162,6 +156,6 @@ def test_a_victim_kept_by_the_guard_keeps_the_acks_of_its_consumed_messages(
         assert store.verify() == []
         expected = {m.id for name in store.queues() for m in store.queue(name).browse()}
     shutil.rmtree(path / "index")
-    with reopen() as store:
+    with _open_at_threshold(path) as store:
         back = {m.id for name in store.queues() for m in store.queue(name).browse()}
         assert back == expected, f"acked messages back after a rebuild: {sorted(back - expected)}"
