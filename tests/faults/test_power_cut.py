@@ -397,3 +397,35 @@ def test_ids_stay_unique_across_repeated_power_cuts(store_path: Path, after_cut:
     given.append(store.queue("q").put(b"after the cuts"))
     store.close()
     assert given == sorted(set(given)), f"ids handed out twice: {given}"
+
+
+@pytest.mark.parametrize("index", INDEX)
+def test_sealed_file_torn_by_a_power_cut_applies_no_record_inside_the_torn_put(
+    store_path: Path, index: str
+) -> None:
+    # sync="never" seals the head without an fsync: a power cut can leave the put that
+    # ended it cut short in what is now the second-newest journal file. Its body holds
+    # an ACK of a message made durable by a clean close; recovery, `msgcask check` and
+    # the pipeline must cut the torn put whole there too, not search inside it.
+    from msgcask.check import scan_files
+    from msgcask.pipeline.files import list_data_files
+    from msgcask.pipeline.rows import AT, file_rows
+
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        victim = store.queue("precious").put(b"must survive")
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs, sync="never", max_file_size=SMALL_FILE)
+    start, sealed = store._journal.head.size, store._journal.head.path
+    store.queue("q").put(b"x" * 100 + codec.encode_ack(victim) + b"y" * 20000)
+    store.queue("q").put(b"z" * 50000)  # does not fit: the head is sealed, not fsynced
+    assert store._journal.head.path != sealed
+    synced = fs.synced[sealed]
+    abandon(store)
+    fs.power_cut(torn=start + 4096 - synced)  # write-back reached the put's first page
+    if index == "index lost":
+        shutil.rmtree(store_path / "index")
+    assert victim in scan_files(str(store_path)).live_ids
+    rows = [r for info in list_data_files(str(store_path)) for r in file_rows(info, False)]
+    assert [r[AT["msg_id"]] for r in rows if r[AT["type"]] == "ack"] == []
+    with reopen(store_path) as store:
+        assert live_ids(store, "precious") == {victim}

@@ -35,9 +35,6 @@ class DataFileInfo:
     size: int
     kind: str
     redundant: str = ""
-    # The newest journal file: the one a crash may have left with its last append
-    # cut short, read as recovery reads it (``codec.scan(head=True)``).
-    head: bool = False
 
 
 def list_data_files(directory: str) -> list[DataFileInfo]:
@@ -76,9 +73,8 @@ def list_data_files(directory: str) -> list[DataFileInfo]:
         )
     compacted = [f for f, (_, _, kind) in found.items() if kind == "compacted"]
     redundant = redundant_files(set(found), compacted, lambda f: _victims(found[f][0]))
-    newest = max((f for f, (_, _, kind) in found.items() if kind == "journal"), default=None)
     return [
-        DataFileInfo(f, path, size, kind, redundant.get(f, ""), f == newest)
+        DataFileInfo(f, path, size, kind, redundant.get(f, ""))
         for f, (path, size, kind) in sorted(found.items())
     ]
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from xxhash import xxh3_64_intdigest
+from xxhash import xxh3_64, xxh3_64_intdigest
 
 from msgcask.errors import CorruptionError, FormatVersionError
 from msgcask.store import format as fmt
@@ -381,7 +381,7 @@ def _only_zeros(view: memoryview, start: int, limit: int) -> bool:
 
 
 def _torn_append(view: memoryview, pos: int, limit: int) -> bool:
-    """In a write head, whether the damage at ``pos`` is the append a crash cut
+    """In a journal file, whether the damage at ``pos`` is an append a crash cut
     short: its header was never written (zeros: a mapped copy may store a
     record's first bytes last), or it names a record that runs past the end of
     the file or is followed by nothing but the preallocated zero tail. The
@@ -396,8 +396,49 @@ def _torn_append(view: memoryview, pos: int, limit: int) -> bool:
     return _only_zeros(view, pos + fmt.RECORD_HEADER_SIZE + length, limit)
 
 
+def _claimed_end(view: memoryview, pos: int, limit: int) -> int | None:
+    """Where the damaged record at ``pos`` says it ends, if an intact record starts
+    exactly there: its header is then to be trusted, and the bytes before that end
+    are its body (the caller's bytes), never to be searched for records."""
+    if limit - pos < fmt.RECORD_HEADER_SIZE:
+        return None
+    _, length, rtype = fmt.RECORD_HEADER.unpack_from(view, pos)
+    end = pos + fmt.RECORD_HEADER_SIZE + length
+    if rtype not in _LEAST_PAYLOAD or end >= limit or not _check_record(view, end, limit)[0]:
+        return None
+    return end
+
+
+def _length_repaired(view: memoryview, pos: int, limit: int) -> int | None:
+    """Where the record at ``pos`` really ends if only one bit of its length field
+    was flipped (its checksum, which covers the length, then holds for the length
+    with that bit restored), else None. Such a record looks like a torn append
+    (it names an end past the file, or on zeros) while intact records follow it."""
+    if limit - pos < fmt.RECORD_HEADER_SIZE:
+        return None
+    checksum, length, rtype = fmt.RECORD_HEADER.unpack_from(view, pos)
+    least = _LEAST_PAYLOAD.get(rtype)
+    if least is None:
+        return None
+    for bit in range(32):
+        true_length = length ^ (1 << bit)
+        end = pos + fmt.RECORD_HEADER_SIZE + true_length
+        if true_length < least or end > limit:
+            continue
+        # Only where a record could end (cheap to test) is the checksum worked out.
+        if end < limit and not (
+            _check_record(view, end, limit)[0] or _only_zeros(view, end, min(end + 16, limit))
+        ):
+            continue
+        digest = xxh3_64(_LEN_TYPE.pack(true_length, rtype))
+        digest.update(view[pos + fmt.RECORD_HEADER_SIZE : end])
+        if digest.intdigest() == checksum:
+            return end
+    return None
+
+
 def scan(
-    buf: Buffer, start: int, limit: int | None = None, *, head: bool = False
+    buf: Buffer, start: int, limit: int | None = None, *, journal: bool = False
 ) -> Iterator[Record | Damage]:
     """Yield every intact record and every damaged stretch in ``buf[start:limit]``.
 
@@ -405,11 +446,12 @@ def scan(
     intact, so a batch torn at the tail yields nothing but one ``Damage`` that
     starts at the batch's header. The BATCH record itself is not yielded.
 
-    ``head``: ``buf`` is the last journal file, whose last append a crash may
-    have cut short. A damaged record that reaches the end of the data (or only
-    zeros follow it) is then a torn tail as a whole: nothing inside it is
-    searched for records, since a message body may hold bytes that parse as
-    one (an ACK of another message, say) and must never be applied.
+    ``journal``: ``buf`` is a journal file, whose last append a crash may have
+    cut short (the newest one; with sync="never" a power cut, a sealed one too).
+    A damaged record that reaches the end of the data (or only zeros follow it)
+    is then a torn tail as a whole: nothing inside it is searched for records,
+    since a message body may hold bytes that parse as one (an ACK of another
+    message, say) and must never be applied.
     """
     end_of_data = len(buf) if limit is None else limit
     view = memoryview(buf)  # checksums over slices of it copy nothing
@@ -417,7 +459,18 @@ def scan(
     while pos < end_of_data:
         rtype, end, reason = _check_record(view, pos, end_of_data)
         if not rtype:
-            if head and _torn_append(view, pos, end_of_data):
+            # Never searched inside where its header can be trusted: the checksum
+            # holds once one bit of its length is restored, or an intact record
+            # starts right where it says it ends. The bytes inside are its body.
+            repaired = _length_repaired(view, pos, end_of_data)
+            if repaired is not None:
+                reason = "length field damaged"
+                nxt = repaired if repaired < end_of_data else None
+                if nxt is not None and not _check_record(view, nxt, end_of_data)[0]:
+                    nxt = _resync(buf, nxt, end_of_data)
+            elif (nxt := _claimed_end(view, pos, end_of_data)) is not None:
+                pass
+            elif journal and _torn_append(view, pos, end_of_data):
                 nxt = None
             else:
                 nxt = _resync(buf, pos + 1, end_of_data)
@@ -446,7 +499,7 @@ def scan(
             pos = batch_end
             continue
         # Incomplete batch: torn if nothing intact follows, else mid-file damage.
-        torn = batch_end > end_of_data or (head and _only_zeros(view, batch_end, end_of_data))
+        torn = batch_end > end_of_data or (journal and _only_zeros(view, batch_end, end_of_data))
         nxt = None if torn else _resync(buf, max(sub, end), end_of_data)
         if nxt is None:
             yield _torn_tail(view, pos, end_of_data, "incomplete batch")
