@@ -111,3 +111,13 @@ def test_run_throughput_leaves_out_the_time_between_phases() -> None:
     assert phased_throughput([fresh, later], PUT) == pytest.approx(100.0)
     assert phased_throughput([fresh, later], GET_ACK) is None
     assert fresh.throughput(PUT) == pytest.approx(100.0)
+
+
+def test_io_write_amplification_is_none_where_no_write_back_is_counted() -> None:
+    # /proc/self/io write_bytes stays 0 on tmpfs: that is "not measured", not 0.0.
+    from msgcask.workloads.result import derived_metrics
+
+    run = {"samples": [], "final_stats": None, "bytes_put": 1000, "io_bytes_written": 0}
+    assert derived_metrics(run)["io_write_amplification"] is None
+    run["io_bytes_written"] = 2500
+    assert derived_metrics(run)["io_write_amplification"] == 2.5

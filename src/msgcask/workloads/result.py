@@ -86,8 +86,10 @@ def derived_metrics(run: dict[str, Any]) -> dict[str, Any]:
         "write_amplification": (written / record_bytes)
         if written is not None and record_bytes
         else None,
+        # None, not 0, where nothing is counted: a workdir on tmpfs (no write-back)
+        # or a kernel without per-task I/O accounting.
         "io_write_amplification": (run["io_bytes_written"] / bytes_put)
-        if run["io_bytes_written"] is not None and bytes_put
+        if run["io_bytes_written"] and bytes_put
         else None,
         "peak_rss_bytes": max(rss) if rss else None,
         # Subjects share one process: what a run adds is peak minus start.
