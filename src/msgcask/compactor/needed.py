@@ -164,9 +164,10 @@ def highest_put_id(
     except (OSError, ValueError):  # ValueError: closed by a deletion meanwhile
         return None
     records = parse(buf, pause)
-    if records.damaged:
-        return None
-    known[file_id] = highest = max((msg_id for msg_id, _ in records.puts), default=0)
+    # Damage may hide a PUT record: no highest id then (kept, so the file is not
+    # read again every pass; a sealed file's bytes never change).
+    highest = None if records.damaged else max((m for m, _ in records.puts), default=0)
+    known[file_id] = highest
     return highest
 
 

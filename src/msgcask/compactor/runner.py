@@ -52,7 +52,7 @@ class Compactor:
         # still deleted whole once nothing in them is needed).
         self._damaged: set[int] = set()
         # Sealed journal files' highest PUT id, read once (needed.highest_put_id).
-        self.highest_put_ids: dict[int, int] = {}
+        self.highest_put_ids: dict[int, int | None] = {}
         self._deletion_failures = RepeatedFailureLog("deleting emptied data files")
         self._space_failures = RepeatedFailureLog("compaction for a put that fits")
 
