@@ -159,3 +159,122 @@ def test_a_victim_kept_by_the_guard_keeps_the_acks_of_its_consumed_messages(
     with _open_at_threshold(path) as store:
         back = {m.id for name in store.queues() for m in store.queue(name).browse()}
         assert back == expected, f"acked messages back after a rebuild: {sorted(back - expected)}"
+
+
+def _roll(store: msgcask.Store) -> None:
+    with store._lock:
+        store._roll_over()
+
+
+def test_a_kept_victim_keeps_its_live_messages_where_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The guard must decide before the swap: had the swap pointed B's live message at
+    # the copy and then kept B, B's PUT record of it would stay on disk unaccounted.
+    # Acked, and the copy and the ACK's file deleted, it came back on a rebuild.
+    path = tmp_path / "store"
+
+    with _open_at_threshold(path) as store:
+        q = store.queue("q")
+        for i in range(50):
+            q.put(b"a" * 1000, headers={"half": str(i % 2)})
+        acked = {q.get(block=False, selector=lambda h: h["half"] == "0").id for _ in range(25)}
+        filler = store.queue("f")
+        b_ids = [filler.put(b"b" * 1000) for _ in range(50)]
+        got = [filler.get(block=False) for _ in b_ids]
+        for m in got[:-1]:
+            filler.ack(m)
+        for m_id in acked:
+            q.ack(m_id)  # in B: needed ACKs of A's messages
+        for _ in range(50):  # seal B
+            filler.put(b"f" * 1000)
+            filler.ack(filler.get(block=False))
+        a, b = (f.file_id for f in store.stats().files[:2])
+        survivor = got[-1]
+        assert survivor.id == b_ids[-1]
+
+        monkeypatch.setattr(Catalog, "needed_ack", lambda *args: None)
+        store.compact()
+        monkeypatch.undo()
+        files = {f.file_id: f.kind for f in store.stats().files}
+        assert {a, b} <= set(files), "the guard did not keep the victims"
+        assert "compacted" not in files.values(), "the guard left its copy"
+        assert sorted(p.name for p in path.glob("*.tmp")) == []
+        assert store.verify() == []
+
+        _roll(store)  # a fresh head: B counts no ACKs in it
+        filler.ack(survivor)  # its ACK is in the head
+        for _ in range(140):  # seal the file holding that ACK
+            filler.put(b"g" * 1000)
+            filler.ack(filler.get(block=False))
+        for _ in range(3):
+            store.compact(threshold=0.01)  # whole-file deletions only
+        assert store.verify() == []
+        expected = {m.id for name in store.queues() for m in store.queue(name).browse()}
+        assert survivor.id not in expected
+    shutil.rmtree(path / "index")
+    with _open_at_threshold(path) as store:
+        back = {m.id for name in store.queues() for m in store.queue(name).browse()}
+        assert store.verify() == []
+    assert not back & (acked | {survivor.id}), f"acked messages back: {sorted(back - expected)}"
+    assert back == expected
+
+
+def test_a_victim_the_guard_keeps_is_not_emptied_for_a_deletion_to_take(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two victims: B holds needed ACKs of A's messages (the classification is made to
+    # miss them) and one live message; C holds one live message and nothing else
+    # needed. The guard keeps both. Had the swap run, C, emptied, would have been
+    # deleted whole by the same pass's reclaim round; the copy's MANIFEST names B and
+    # C, so a rebuild would take B for redundant and remove it with the ACKs it was
+    # kept for: A's acked messages came back.
+    path = tmp_path / "store"
+
+    with _open_at_threshold(path) as store:
+        q, f = store.queue("q"), store.queue("f")
+        for i in range(50):
+            q.put(b"a" * 1000, headers={"half": str(i % 2)})
+        _roll(store)  # A (half of it stays live)
+        acked = [q.get(block=False, selector=lambda h: h["half"] == "0") for _ in range(25)]
+        for m in acked:
+            q.ack(m)  # in B: needed ACKs of A's messages
+        f.put(b"b-live" * 100)  # B keeps one live message
+        for _ in range(30):
+            f.put(b"b" * 1000)
+            f.ack(f.get(block=False))
+        _roll(store)  # B
+        f.put(b"c" * 1000)  # C's live message
+        b_msg = f.get(block=False)  # B's: its DELIVER record in C is needed
+        for _ in range(30):
+            f.put(b"c" * 1000)
+            f.ack(f.get(block=False))
+        _roll(store)  # C
+        a, b, c = (x.file_id for x in store.stats().files[:3])
+        assert {p for _, p in store.why_kept(b).needed_acks} == {a}
+        assert len(store.why_kept(b).live_messages) == 1
+        assert len(store.why_kept(c).live_messages) == 1
+        assert store.why_kept(c).needed_deliveries == [b_msg.id]
+
+        monkeypatch.setattr(Catalog, "needed_ack", lambda *args: None)
+        store.compact()
+        monkeypatch.undo()
+        files = {x.file_id: x.kind for x in store.stats().files}
+        assert {a, b, c} <= set(files), "a victim the guard kept was deleted"
+        assert "compacted" not in files.values(), "the guard left its copy"
+        assert store.verify() == []
+
+        f.ack(b_msg)
+        f.ack(f.get(block=False))  # C's
+        for _ in range(3):
+            store.compact(threshold=0.01)
+        assert store.verify() == []
+        expected = {m.id for name in store.queues() for m in store.queue(name).browse()}
+    shutil.rmtree(path / "index")
+    with _open_at_threshold(path) as store:
+        back = {m.id for name in store.queues() for m in store.queue(name).browse()}
+        assert store.recovery.removed_files == []
+        assert store.verify() == []
+    gone = {m.id for m in acked}
+    assert not back & gone, f"acked messages back after a rebuild: {sorted(back & gone)}"
+    assert back == expected

@@ -11,8 +11,10 @@ is safe):
 2. write a new compacted file: header, MANIFEST (the victims' ids), then the
    live PUT records (re-encoded with the current delivery count), the needed
    ACK and DELIVER records; fsync it and the directory;
-3. swap, under the lock, in one index transaction: each copied message is
-   pointed at its copy only if the index still has it in the victim
+3. check, under the lock, that each victim's account counts nothing its
+   classification missed (else keep every victim, swap nothing, and remove
+   the copy); then swap, under the lock, in one index transaction: each copied
+   message is pointed at its copy only if the index still has it in the victim
    (compare-and-swap; a message acked meanwhile keeps its ACK, and the copy is
    dead), carried ACK/DELIVER records take over from the victim's, the victims'
    dead PUT records release their ACKs, and the victims are retired; commit;
@@ -65,6 +67,30 @@ class RewriteResult:
     skipped: tuple[int, ...] = ()  # victims with damaged records, left alone
 
 
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """What the classification found in one victim, as its account counts it
+    (for ``_unaccounted``)."""
+
+    records: int  # live PUT records, and consumed ones with ACKED entries
+    marks: int  # needed ACK records with an ACKED entry, and needed DELIVER records
+    counted: dict[int, int]  # PUT file -> needed ACK records its acked_in counts here
+
+
+def _found(found: needed.Needed) -> _Found:
+    kept = {msg_id for msg_id, _ in found.acks}  # what drop_acks_past_their_file kept
+    counted = {
+        put_file: n
+        for put_file, ids in found.counted.items()
+        if (n := sum(1 for msg_id in ids if msg_id in kept))
+    }
+    return _Found(
+        len(found.puts) + len(found.dead_puts),
+        len(found.acks) - sum(counted.values()) + len(found.delivers),
+        counted,
+    )
+
+
 def rewrite(
     store: Store, victims: list[int], between: Callable[[], object] = lambda: None
 ) -> RewriteResult:
@@ -84,6 +110,7 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
     copies: list[_Copy] = []
     co_victim_acks: list[tuple[int, int, int]] = []  # (id, victim, PUT file) of ACKs
     dead_puts: dict[int, list[tuple[int, int]]] = {}  # victim -> (id, ACK file)
+    classified: dict[int, _Found] = {}
     pacer = store._pacer
     for victim in victims:
         with store._lock:
@@ -100,6 +127,7 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
             skipped.append(victim)
             continue
         dead_puts[victim] = found.dead_puts
+        classified[victim] = _found(found)
         for n, (msg_id, item, entry) in enumerate(found.puts):
             if not n % BATCH:
                 pacer.pause()
@@ -145,6 +173,20 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
         return RewriteResult(files, 0, freed, tuple(skipped))
 
     out_id, id_floor, out, offsets = _write_output(store, victims, copies)
+
+    with store._lock:
+        # Decided before anything is relocated, carried or released: once the
+        # swap has moved a kept victim's live messages to the copy, their PUT
+        # records in the victim are stale, and nothing accounts for them.
+        kept = _unaccounted(store, victims, classified)
+    if kept:
+        log.error(
+            "msgcask: victims %s hold needed records their classification did not find; "
+            "all victims kept, nothing swapped (the copy is removed, and a later pass retries)",
+            kept,
+        )
+        _discard(store, out)
+        return RewriteResult(0, out.size, 0, tuple(skipped))
 
     # The swap runs in chunks under short lock holds. Index commits are held
     # back until it is complete, so a crash anywhere in it reverts to the state
@@ -218,6 +260,50 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
     freed = delete_retired(store, retired)
     # Net bytes: what the victims held minus what their copy takes.
     return RewriteResult(len(retired), out.size, freed - out.size, tuple(skipped))
+
+
+def _unaccounted(store: Store, victims: list[int], classified: dict[int, _Found]) -> list[int]:
+    """The victims whose accounts count records their classification did not
+    find (wrong counters): the swap would not empty them. Call with the store's
+    lock held, before the swap.
+
+    Foreground calls change the accounts meanwhile, but only so: an ACK of a
+    victim's live message moves it from ``live_messages`` to ``dead_puts`` (an
+    ACKED entry, the victim being rewritten), a quarantined one leaves
+    ``live_messages``, and a sealed file's ``needed_marks`` and the ``acked_in``
+    counts of its ACKs only fall."""
+    files = store._acct.files
+    held = []
+    for victim in victims:
+        account, found = files[victim], classified[victim]
+        counted = 0  # at most what each PUT file still counts in the victim
+        for put_file, n in found.counted.items():
+            puts = files.get(put_file)
+            if puts is not None and not puts.retired:
+                counted += min(n, puts.acked_in.get(victim, 0))
+        if (
+            account.live_messages + account.dead_puts > found.records
+            or account.needed_marks > found.marks + counted
+        ):
+            held.append(victim)
+    return held
+
+
+def _discard(store: Store, out: DataFile) -> None:
+    """Remove a published copy that no swap pointed at. Nothing refers to it:
+    the index does not know it, and its MANIFEST names victims that are all
+    still on disk, so on open it is an unfinished compaction's copy either way
+    (which is what it stays if the unlink fails)."""
+    out.close()
+    try:
+        store._fs.unlink(out.path)
+        store._fs.fsync_dir(store.path)
+    except OSError as e:
+        log.warning(
+            "msgcask: could not remove %s (%s); the next open removes it",
+            out.path,
+            e.strerror or e,
+        )
 
 
 def _held(
