@@ -109,7 +109,10 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
     acks: dict[int, list[int]] = defaultdict(list)
     on_disk: set[int] = set()
     manifests: dict[int, list[int] | None] = {}  # compacted file id: its victims
-    for name in sorted(fs.listdir(path)):
+    head_found = False
+    # Newest first: the first journal file met is the write head, read as recovery
+    # reads it (a damaged record at its end is an append cut short, whole).
+    for name in sorted(fs.listdir(path), reverse=True):
         file_id = parse_data_file_name(name)
         if file_id is None or (only is not None and file_id not in only):
             # Left out, a file does not count for the MANIFEST rule either: verify()
@@ -135,10 +138,9 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
             manifests[file_id] = parse_manifest(
                 buf[fmt.FILE_HEADER_SIZE : fmt.FILE_HEADER_SIZE + MAX_MANIFEST_BYTES]
             )
-        # A journal file is read as recovery reads it: a damaged record at its end
-        # is an append cut short, whole.
-        journal = header.kind == fmt.KIND_JOURNAL
-        for item in codec.scan(buf, fmt.FILE_HEADER_SIZE, journal=journal):
+        head = header.kind == fmt.KIND_JOURNAL and not head_found
+        head_found = head_found or head
+        for item in codec.scan(buf, fmt.FILE_HEADER_SIZE, head=head):
             if isinstance(item, codec.Damage):
                 if item.unused:  # a live store's write head ends in zeros
                     scan.size = item.offset
@@ -165,6 +167,7 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
     redundant = redundant_files(on_disk, manifests, manifests.__getitem__)
     for scan in files:
         scan.redundant = redundant.get(scan.file_id, "")
+    files.sort(key=lambda f: f.file_id)
     return ScanReport(files, dict(puts), dict(acks))
 
 

@@ -501,7 +501,7 @@ def test_a_cut_anywhere_keeps_exactly_the_complete_groups_before_it(
 
 
 class TestScanHead:
-    """``scan(journal=True)``: in a journal file, a record cut short by a crash is
+    """``scan(head=True)``: in the last journal file, a record cut short by a crash is
     cut off whole; bytes inside it that parse as a record (the body is the caller's)
     are never taken for one."""
 
@@ -520,7 +520,7 @@ class TestScanHead:
     ) -> None:
         good, _, cut = self.torn(200, headerless=headerless)
         buf = good + cut + (bytes(4096) if tail == "zeros" else b"")
-        items = list(codec.scan(buf, 0, journal=True))
+        items = list(codec.scan(buf, 0, head=True))
         assert [r.offset for r in records_of(items)] == [0, len(put(1))]
         [damage] = damages_of(items)
         assert (damage.offset, damage.at_tail) == (len(good), True)
@@ -533,7 +533,7 @@ class TestScanHead:
         batch = codec.encode_batch_header(2, sum(map(len, members))) + b"".join(members)
         before = put(1)
         buf = before + batch[: len(batch) - 300] + bytes(4096)
-        items = list(codec.scan(buf, 0, journal=True))
+        items = list(codec.scan(buf, 0, head=True))
         assert records_of(items) == [Record(0, fmt.TYPE_PUT, 13, len(before))]
         [damage] = damages_of(items)
         assert (damage.offset, damage.at_tail) == (len(before), True)
@@ -542,7 +542,7 @@ class TestScanHead:
         parts = [put(i, b"body %d" % i * 5) for i in range(1, 6)]
         at = offsets(parts)
         buf = flip(b"".join(parts), at[2] + 20) + bytes(4096)
-        items = list(codec.scan(buf, 0, journal=True))
+        items = list(codec.scan(buf, 0, head=True))
         assert [r.offset for r in records_of(items)] == [at[0], at[1], at[3], at[4]]
         assert not damages_of(items)[0].at_tail
 
@@ -560,7 +560,7 @@ class TestScanHeadLengthFlip:
         length_at = at[1] + fmt.CHECKSUM_SIZE
         (length,) = struct.unpack_from("<I", buf, length_at)
         struct.pack_into("<I", buf, length_at, length ^ (1 << bit))
-        items = list(codec.scan(bytes(buf), 0, journal=True))
+        items = list(codec.scan(bytes(buf), 0, head=True))
         assert [r.offset for r in records_of(items)] == [at[0], at[2], at[3], at[4]]
         [damage] = [d for d in damages_of(items) if not d.unused]
         assert (damage.offset, damage.length, damage.at_tail) == (at[1], len(parts[1]), False)
@@ -569,7 +569,7 @@ class TestScanHeadLengthFlip:
         good = put(1) + put(2)
         record = put(3, b"x" * 50 + codec.encode_ack(1) + b"y" * 500)
         buf = good + record[:200] + bytes(4096)
-        items = list(codec.scan(buf, 0, journal=True))
+        items = list(codec.scan(buf, 0, head=True))
         assert [r.offset for r in records_of(items)] == [0, len(put(1))]
         assert damages_of(items)[0].at_tail
 
@@ -587,6 +587,6 @@ class TestScanHeadLengthFlip:
         later = put(3, b"written back first")
         buf = good + torn + later + bytes(4096)
         for head in (True, False):
-            items = list(codec.scan(buf, 0, journal=head))
+            items = list(codec.scan(buf, 0, head=head))
             assert [r.offset for r in records_of(items)] == [0, len(good) + len(full)]
             assert damages_of(items)[0] == Damage(len(good), len(full), "checksum mismatch", False)

@@ -35,6 +35,9 @@ class DataFileInfo:
     size: int
     kind: str
     redundant: str = ""
+    # The newest journal file: the one a crash may have left with its last append
+    # cut short, read as recovery reads it (``codec.scan(head=True)``).
+    head: bool = False
 
 
 def list_data_files(directory: str) -> list[DataFileInfo]:
@@ -73,8 +76,9 @@ def list_data_files(directory: str) -> list[DataFileInfo]:
         )
     compacted = [f for f, (_, _, kind) in found.items() if kind == "compacted"]
     redundant = redundant_files(set(found), compacted, lambda f: _victims(found[f][0]))
+    newest = max((f for f, (_, _, kind) in found.items() if kind == "journal"), default=None)
     return [
-        DataFileInfo(f, path, size, kind, redundant.get(f, ""))
+        DataFileInfo(f, path, size, kind, redundant.get(f, ""), f == newest)
         for f, (path, size, kind) in sorted(found.items())
     ]
 

@@ -74,9 +74,7 @@ def file_rows(info: DataFileInfo, payload: bool) -> Iterator[tuple[Any, ...]]:
         codec.decode_file_header(buf[: fmt.FILE_HEADER_SIZE], info.path)
     except Error as e:
         yield row(0, min(len(buf), fmt.FILE_HEADER_SIZE), "damage", str(e))
-    # A journal file's damaged last append is cut off whole, as recovery does.
-    journal = info.kind == "journal"
-    for item in codec.scan(buf, fmt.FILE_HEADER_SIZE, journal=journal):
+    for item in codec.scan(buf, fmt.FILE_HEADER_SIZE, head=info.head):
         if isinstance(item, codec.Damage):
             if not item.unused:  # the write head's space allocated ahead of writes
                 yield row(item.offset, item.length, "damage", item.reason)

@@ -381,7 +381,7 @@ def _only_zeros(view: memoryview, start: int, limit: int) -> bool:
 
 
 def _torn_append(view: memoryview, pos: int, limit: int) -> bool:
-    """In a journal file, whether the damage at ``pos`` is an append a crash cut
+    """In a write head, whether the damage at ``pos`` is the append a crash cut
     short: its header was never written (zeros: a mapped copy may store a
     record's first bytes last), or it names a record that runs past the end of
     the file or is followed by nothing but the preallocated zero tail. The
@@ -438,7 +438,7 @@ def _length_repaired(view: memoryview, pos: int, limit: int) -> int | None:
 
 
 def scan(
-    buf: Buffer, start: int, limit: int | None = None, *, journal: bool = False
+    buf: Buffer, start: int, limit: int | None = None, *, head: bool = False
 ) -> Iterator[Record | Damage]:
     """Yield every intact record and every damaged stretch in ``buf[start:limit]``.
 
@@ -446,12 +446,14 @@ def scan(
     intact, so a batch torn at the tail yields nothing but one ``Damage`` that
     starts at the batch's header. The BATCH record itself is not yielded.
 
-    ``journal``: ``buf`` is a journal file, whose last append a crash may have
-    cut short (the newest one; with sync="never" a power cut, a sealed one too).
-    A damaged record that reaches the end of the data (or only zeros follow it)
-    is then a torn tail as a whole: nothing inside it is searched for records,
-    since a message body may hold bytes that parse as one (an ACK of another
-    message, say) and must never be applied.
+    ``head``: ``buf`` is the last journal file, whose last append a crash may
+    have cut short. A damaged record that reaches the end of the data (or only
+    zeros follow it) is then a torn tail as a whole: nothing inside it is
+    searched for records, since a message body may hold bytes that parse as
+    one (an ACK of another message, say) and must never be applied. (Not in a
+    sealed file: fsynced when it was sealed, it holds no torn append unless
+    sync="never" let a power cut leave one, and there a zeroed page would cost
+    every record after it.)
     """
     end_of_data = len(buf) if limit is None else limit
     view = memoryview(buf)  # checksums over slices of it copy nothing
@@ -470,7 +472,7 @@ def scan(
                     nxt = _resync(buf, nxt, end_of_data)
             elif (nxt := _claimed_end(view, pos, end_of_data)) is not None:
                 pass
-            elif journal and _torn_append(view, pos, end_of_data):
+            elif head and _torn_append(view, pos, end_of_data):
                 nxt = None
             else:
                 nxt = _resync(buf, pos + 1, end_of_data)
@@ -499,7 +501,7 @@ def scan(
             pos = batch_end
             continue
         # Incomplete batch: torn if nothing intact follows, else mid-file damage.
-        torn = batch_end > end_of_data or (journal and _only_zeros(view, batch_end, end_of_data))
+        torn = batch_end > end_of_data or (head and _only_zeros(view, batch_end, end_of_data))
         nxt = None if torn else _resync(buf, max(sub, end), end_of_data)
         if nxt is None:
             yield _torn_tail(view, pos, end_of_data, "incomplete batch")

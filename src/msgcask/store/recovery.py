@@ -424,10 +424,7 @@ class Recovery:
         # a batch is flushed before any other record so file order is kept.
         puts: list[tuple[int, int, int, int, int, int]] = []
         queue_ids: dict[str, int] = {}
-        # Every journal file, not only the last: with sync="never" a sealed one was
-        # never fsynced, so a power cut can leave its last put cut short as well.
-        journal = self.files.headers[file_id].kind == fmt.KIND_JOURNAL
-        for item in codec.scan(buf, start, journal=journal):
+        for item in codec.scan(buf, start, head=truncate_tail):
             if isinstance(item, codec.Damage):
                 if report:
                     self._damage(file_id, item, truncate_tail)
