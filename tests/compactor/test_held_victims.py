@@ -75,6 +75,19 @@ def _open_at_threshold(path: Path) -> msgcask.Store:
     return msgcask.open(path, max_file_size=MFS, compaction_interval=None, compaction_threshold=0.3)
 
 
+def _half_taken_then_filler(
+    store: msgcask.Store,
+) -> tuple[msgcask.Queue, set[int], msgcask.Queue, list[int]]:
+    """File A: 50 messages of queue "q", the 25 of one half delivered (their ids
+    returned, to be acked); then 50 of queue "f" (their ids returned)."""
+    q = store.queue("q")
+    for i in range(50):
+        q.put(b"a" * 1000, headers={"half": str(i % 2)})
+    taken = {q.get(block=False, selector=lambda h: h["half"] == "0").id for _ in range(25)}
+    filler = store.queue("f")
+    return q, taken, filler, [filler.put(b"b" * 1000) for _ in range(50)]
+
+
 def test_a_victim_still_holding_needed_acks_after_its_swap_is_not_deleted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -129,12 +142,7 @@ def test_a_victim_kept_by_the_guard_keeps_the_acks_of_its_consumed_messages(
     path = tmp_path / "store"
 
     with _open_at_threshold(path) as store:
-        q = store.queue("q")
-        for i in range(50):
-            q.put(b"a" * 1000, headers={"half": str(i % 2)})
-        acked = {q.get(block=False, selector=lambda h: h["half"] == "0").id for _ in range(25)}
-        filler = store.queue("f")
-        b_ids = [filler.put(b"b" * 1000) for _ in range(50)]
+        q, acked, filler, b_ids = _half_taken_then_filler(store)
         for m in acked:
             q.ack(m)  # in B: needed ACKs of A's messages
         got = [filler.get(block=False) for _ in b_ids]
@@ -175,12 +183,7 @@ def test_a_kept_victim_keeps_its_live_messages_where_they_are(
     path = tmp_path / "store"
 
     with _open_at_threshold(path) as store:
-        q = store.queue("q")
-        for i in range(50):
-            q.put(b"a" * 1000, headers={"half": str(i % 2)})
-        acked = {q.get(block=False, selector=lambda h: h["half"] == "0").id for _ in range(25)}
-        filler = store.queue("f")
-        b_ids = [filler.put(b"b" * 1000) for _ in range(50)]
+        q, acked, filler, b_ids = _half_taken_then_filler(store)
         got = [filler.get(block=False) for _ in b_ids]
         for m in got[:-1]:
             filler.ack(m)
