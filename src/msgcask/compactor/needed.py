@@ -145,6 +145,7 @@ def drop_acks_past_their_file(
             drop.update(i for i in ids if i > highest)
     if drop:
         needed.acks = [(m, f) for m, f in needed.acks if m not in drop]
+        needed.counted = {f: [m for m in ids if m not in drop] for f, ids in needed.counted.items()}
 
 
 def highest_put_id(

@@ -78,12 +78,7 @@ class _Found:
 
 
 def _found(found: needed.Needed) -> _Found:
-    kept = {msg_id for msg_id, _ in found.acks}  # what drop_acks_past_their_file kept
-    counted = {
-        put_file: n
-        for put_file, ids in found.counted.items()
-        if (n := sum(1 for msg_id in ids if msg_id in kept))
-    }
+    counted = {put_file: len(ids) for put_file, ids in found.counted.items() if ids}
     return _Found(
         len(found.puts) + len(found.dead_puts),
         len(found.acks) - sum(counted.values()) + len(found.delivers),

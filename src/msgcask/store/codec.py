@@ -380,7 +380,26 @@ def _only_zeros(view: memoryview, start: int, limit: int) -> bool:
     return start >= limit or not bytes(view[start:limit]).strip(b"\0")
 
 
-def _torn_append(view: memoryview, pos: int, limit: int) -> bool:
+class _Claim(NamedTuple):
+    """What a damaged record's header says: trusted only where it is borne out."""
+
+    checksum: int
+    length: int
+    rtype: int
+
+    def end(self, pos: int) -> int:
+        return pos + fmt.RECORD_HEADER_SIZE + self.length
+
+
+def _claim(view: memoryview, pos: int, limit: int) -> _Claim | None:
+    """The header at ``pos``, if all of it is there and it names a known type."""
+    if limit - pos < fmt.RECORD_HEADER_SIZE:
+        return None
+    claim = _Claim(*fmt.RECORD_HEADER.unpack_from(view, pos))
+    return claim if claim.rtype in _LEAST_PAYLOAD else None
+
+
+def _torn_append(view: memoryview, pos: int, limit: int, claim: _Claim | None) -> bool:
     """In a write head, whether the damage at ``pos`` is the append a crash cut
     short: its header was never written (zeros: a mapped copy may store a
     record's first bytes last), or it names a record that runs past the end of
@@ -390,38 +409,31 @@ def _torn_append(view: memoryview, pos: int, limit: int) -> bool:
         return True
     if _only_zeros(view, pos, pos + fmt.RECORD_HEADER_SIZE):
         return True
-    _, length, rtype = fmt.RECORD_HEADER.unpack_from(view, pos)
-    if rtype not in _LEAST_PAYLOAD:
-        return False
-    return _only_zeros(view, pos + fmt.RECORD_HEADER_SIZE + length, limit)
+    return claim is not None and _only_zeros(view, claim.end(pos), limit)
 
 
-def _claimed_end(view: memoryview, pos: int, limit: int) -> int | None:
+def _claimed_end(view: memoryview, pos: int, limit: int, claim: _Claim | None) -> int | None:
     """Where the damaged record at ``pos`` says it ends, if an intact record starts
     exactly there: its header is then to be trusted, and the bytes before that end
     are its body (the caller's bytes), never to be searched for records."""
-    if limit - pos < fmt.RECORD_HEADER_SIZE:
+    if claim is None:
         return None
-    _, length, rtype = fmt.RECORD_HEADER.unpack_from(view, pos)
-    end = pos + fmt.RECORD_HEADER_SIZE + length
-    if rtype not in _LEAST_PAYLOAD or end >= limit or not _check_record(view, end, limit)[0]:
+    end = claim.end(pos)
+    if end >= limit or not _check_record(view, end, limit)[0]:
         return None
     return end
 
 
-def _length_repaired(view: memoryview, pos: int, limit: int) -> int | None:
+def _length_repaired(view: memoryview, pos: int, limit: int, claim: _Claim | None) -> int | None:
     """Where the record at ``pos`` really ends if only one bit of its length field
     was flipped (its checksum, which covers the length, then holds for the length
     with that bit restored), else None. Such a record looks like a torn append
     (it names an end past the file, or on zeros) while intact records follow it."""
-    if limit - pos < fmt.RECORD_HEADER_SIZE:
+    if claim is None:
         return None
-    checksum, length, rtype = fmt.RECORD_HEADER.unpack_from(view, pos)
-    least = _LEAST_PAYLOAD.get(rtype)
-    if least is None:
-        return None
+    least = _LEAST_PAYLOAD[claim.rtype]
     for bit in range(32):
-        true_length = length ^ (1 << bit)
+        true_length = claim.length ^ (1 << bit)
         end = pos + fmt.RECORD_HEADER_SIZE + true_length
         if true_length < least or end > limit:
             continue
@@ -430,9 +442,9 @@ def _length_repaired(view: memoryview, pos: int, limit: int) -> int | None:
             _check_record(view, end, limit)[0] or _only_zeros(view, end, min(end + 16, limit))
         ):
             continue
-        digest = xxh3_64(_LEN_TYPE.pack(true_length, rtype))
+        digest = xxh3_64(_LEN_TYPE.pack(true_length, claim.rtype))
         digest.update(view[pos + fmt.RECORD_HEADER_SIZE : end])
-        if digest.intdigest() == checksum:
+        if digest.intdigest() == claim.checksum:
             return end
     return None
 
@@ -464,15 +476,16 @@ def scan(
             # Never searched inside where its header can be trusted: the checksum
             # holds once one bit of its length is restored, or an intact record
             # starts right where it says it ends. The bytes inside are its body.
-            repaired = _length_repaired(view, pos, end_of_data)
+            claim = _claim(view, pos, end_of_data)
+            repaired = _length_repaired(view, pos, end_of_data, claim)
             if repaired is not None:
                 reason = "length field damaged"
                 nxt = repaired if repaired < end_of_data else None
                 if nxt is not None and not _check_record(view, nxt, end_of_data)[0]:
                     nxt = _resync(buf, nxt, end_of_data)
-            elif (nxt := _claimed_end(view, pos, end_of_data)) is not None:
+            elif (nxt := _claimed_end(view, pos, end_of_data, claim)) is not None:
                 pass
-            elif head and _torn_append(view, pos, end_of_data):
+            elif head and _torn_append(view, pos, end_of_data, claim):
                 nxt = None
             else:
                 nxt = _resync(buf, pos + 1, end_of_data)
