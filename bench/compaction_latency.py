@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -429,11 +430,67 @@ def system_calls(until: float) -> None:
         os.stat(".")
 
 
+class ChildLoop:
+    """A Python loop in a child process, started once per script: a pass's reading
+    and classifying, moved out of the store's process, would run like this."""
+
+    _process: subprocess.Popen[str] | None = None
+
+    @classmethod
+    def start(cls, seconds: float) -> subprocess.Popen[str]:
+        """Hand the child a turn of ``seconds``; read its answer from stdout."""
+        if cls._process is None:
+            code = (
+                "import sys, time\n"
+                "for line in sys.stdin:\n"
+                "    until, total = time.perf_counter() + float(line), 0\n"
+                "    while time.perf_counter() < until:\n"
+                "        for i in range(200):\n"
+                "            total += i\n"
+                "    print(total, flush=True)\n"
+            )
+            cls._process = subprocess.Popen(
+                [sys.executable, "-c", code],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        assert cls._process.stdin is not None
+        cls._process.stdin.write(f"{seconds}\n")
+        cls._process.stdin.flush()
+        return cls._process
+
+
+def child_process(until: float) -> None:
+    """A child process does the turn's work; this thread waits for its answer
+    (a pipe read lets go of the interpreter lock)."""
+    child = ChildLoop.start(until - time.perf_counter())
+    assert child.stdout is not None
+    child.stdout.readline()
+
+
+SWAP_STRETCH = 0.00045  # seconds: about one swap batch (64 messages) of a backlog pass
+
+
+def child_and_quarter(until: float) -> None:
+    """A child process does the turn's work, while this thread runs Python a
+    quarter of the time, in stretches as long as a swap batch, and waits the
+    rest: as a pass would if only its swap stayed in the store's process."""
+    child = ChildLoop.start(until - time.perf_counter())
+    assert child.stdout is not None
+    while time.perf_counter() < until:
+        python_loop(time.perf_counter() + SWAP_STRETCH)
+        select.select([child.stdout], [], [], 3 * SWAP_STRETCH)
+    child.stdout.readline()
+
+
 STAND_INS = {
     "python": python_loop,
     "copying": copying,
     "gil-free": hashing,
     "syscalls": system_calls,
+    "child": child_process,
+    "child-and-quarter": child_and_quarter,
 }
 STAND_IN: str | None = None  # --stand-in
 
