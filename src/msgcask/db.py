@@ -58,7 +58,7 @@ from msgcask.errors import (
 from msgcask.index import keys
 from msgcask.index.accounting import FileAccount
 from msgcask.index.catalog import Catalog
-from msgcask.index.env import IndexEnv, ShrinkFailed, boot_id, remove_index
+from msgcask.index.env import SHRINK_DIR, IndexEnv, ShrinkFailed, boot_id, remove_index
 from msgcask.index.keys import STATE_ACKED, Live
 from msgcask.message import Message, delivered_message_type
 from msgcask.options import Options, check_threshold
@@ -72,7 +72,7 @@ from msgcask.store.filenames import (
     data_file_name,
     parse_data_file_name,
 )
-from msgcask.store.fs import DataFile, FileSystem, NoRoomForChunk
+from msgcask.store.fs import TEMP_SUFFIX, DataFile, FileSystem, NoRoomForChunk
 from msgcask.store.lockfile import StoreLock
 from msgcask.store.recovery import (
     CorruptionReport,
@@ -196,13 +196,44 @@ def _check_default_dead_letter_name(name: str) -> None:
         ) from None
 
 
+def _delivered_id(message: Message) -> int:
+    """The id of a Message given to ack or nack. A plain Message is taken at its
+    word, but not for an id that is no int and only equals one (5.0): the
+    lookups would find the message, and its ACK record could not be encoded."""
+    msg_id = message.id
+    if isinstance(msg_id, bool) or not isinstance(msg_id, int):
+        raise TypeError(
+            f"a Message's id must be an int, got {type(msg_id).__name__}; pass the Message "
+            "get() returned, or its id"
+        )
+    return msg_id
+
+
+# What an index directory holds: LMDB's file, and a shrink's leftover copy.
+_INDEX_ENTRIES = frozenset({"data.mdb", SHRINK_DIR})
+
+
+def _made_by_open(path: str, name: str) -> bool:
+    """Whether entry ``name`` of ``path`` is one an open makes before the first
+    data file: the LOCK, the index directory (LMDB's files only), a data file
+    not yet published."""
+    if name == LOCK_FILE or parse_data_file_name(name.removesuffix(TEMP_SUFFIX)) is not None:
+        return True
+    index = os.path.join(path, name)
+    return name == INDEX_DIR and os.path.isdir(index) and set(os.listdir(index)) <= _INDEX_ENTRIES
+
+
 def _check_store_path(path: str) -> None:
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotAStoreError(f"{path} is a file, not a store directory")
     if os.path.isdir(path):
         entries = os.listdir(path)
-        looks_like_store = any(
-            e in (LOCK_FILE, INDEX_DIR) or parse_data_file_name(e) is not None for e in entries
+        # A data file makes a store (open checks its header). Without one, only
+        # what an open that stopped early leaves does: a LOCK or an index/ beside
+        # anything else is another program's, and open would truncate that LOCK
+        # and delete that index/ as a damaged index.
+        looks_like_store = any(parse_data_file_name(e) is not None for e in entries) or all(
+            _made_by_open(path, e) for e in entries
         )
         if entries and not looks_like_store:
             raise NotAStoreError(
@@ -1145,8 +1176,12 @@ class Store:
         if self._journal.sync_failure is None:  # else it cannot commit: the error that
             self._commit_index()  # stopped writes goes on instead of the refusal
 
-    def _write_batch(self, puts: list[_PendingPut], acks: list[int]) -> list[int]:
-        """Write puts and acks as one all-or-nothing batch; return the new ids."""
+    def _write_batch(
+        self, puts: list[_PendingPut], acks: list[int], delivered: Iterable[Message] = ()
+    ) -> list[int]:
+        """Write puts and acks as one all-or-nothing batch; return the new ids.
+        ``delivered``: the Messages among the acks (a transaction's), checked
+        again here since each may have been delivered again after its ``ack``."""
         self._pacer.calls += 1
         encoded = [(p, codec.encode_headers(p.headers)) for p in puts]
         size = (
@@ -1175,6 +1210,8 @@ class Store:
                         "in this transaction); only messages returned by get() can be acked"
                     )
                 seen.add(msg_id)
+            for message in delivered:
+                self._check_delivery(message, self._inflight.get(message.id))
             created = sorted(
                 {p.queue for p, _ in encoded} - set(self._catalog.queue_ids) - set(self._queues)
             )
@@ -1363,7 +1400,7 @@ class Store:
         and not acked since. Looks the queue up without creating it: a refused
         ack or nack must not bring back a queue deleted meanwhile."""
         if isinstance(target, Message):
-            msg_id = target.id
+            msg_id = _delivered_id(target)
         elif isinstance(target, int) and not isinstance(target, bool):
             msg_id = target
         else:

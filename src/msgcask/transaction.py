@@ -24,9 +24,19 @@ class Transaction:
     """
 
     def __init__(self, store: Store):
+        from msgcask.db import Store
+
+        if not isinstance(store, Store):
+            raise TypeError(
+                f"a Transaction belongs to a msgcask.Store (make one with store.transaction()), "
+                f"got {type(store).__name__}"
+            )
         self._store = store
         self._puts: list[_PendingPut] = []
         self._acks: list[int] = []
+        # The acks given as Messages: the commit checks each is still the latest
+        # delivery (a nack and a new delivery may come between ack and commit).
+        self._delivered: list[Message] = []
         self._done = False
         self._failed: BaseException | None = None  # what the commit raised
         self._maybe_written = False  # the journal grew while the failed commit ran
@@ -54,12 +64,16 @@ class Transaction:
         return pending.msg_id
 
     def ack(self, message: Message | int) -> None:
+        from msgcask.db import _delivered_id
+
         self._check_usable()
         if isinstance(message, Message):
+            msg_id = _delivered_id(message)
             with self._store._lock:
                 self._store._check_open()
-                self._store._check_delivery(message, self._store._inflight.get(message.id))
-            self._acks.append(message.id)
+                self._store._check_delivery(message, self._store._inflight.get(msg_id))
+            self._acks.append(msg_id)
+            self._delivered.append(message)
         elif isinstance(message, int) and not isinstance(message, bool):
             self._acks.append(message)
         else:
@@ -78,7 +92,7 @@ class Transaction:
             journal = self._store._journal
             before = journal.bytes_written
             try:
-                self.ids = self._store._write_batch(self._puts, self._acks)
+                self.ids = self._store._write_batch(self._puts, self._acks, self._delivered)
             except BaseException as e:
                 self._maybe_written = journal.bytes_written != before
                 if not isinstance(e, lmdb.Error):
@@ -92,6 +106,7 @@ class Transaction:
         self._done = True
         self._puts.clear()
         self._acks.clear()
+        self._delivered.clear()
 
     def _check_usable(self) -> None:
         if self._failed is not None:

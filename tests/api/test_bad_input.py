@@ -62,6 +62,7 @@ BAD_TYPE_CALLS: dict[str, BadCall] = {
     "name_none": lambda s, q: s.queue(None),
     "handle_name_bytes": lambda s, q: msgcask.Queue(s, b"orders").put(b"x"),
     "handle_of_no_store": lambda s, q: msgcask.Queue("store", "orders"),
+    "transaction_of_no_store": lambda s, q: msgcask.Transaction("store").put("orders", b"x"),
     "max_deliveries_str": lambda s, q: s.queue("new", max_deliveries="3"),
     "max_deliveries_float": lambda s, q: s.queue("new", max_deliveries=1.5),
     "dead_letter_queue_int": lambda s, q: s.queue("new", max_deliveries=2, dead_letter_queue=7),
@@ -225,6 +226,43 @@ def test_non_empty_directory_that_is_not_a_store_is_left_alone(tmp_path: Path) -
     assert sorted(p.name for p in path.iterdir()) == ["holiday.jpg", "sub"]
     assert (path / "holiday.jpg").read_bytes() == b"\xff\xd8 jpeg"
     assert list((path / "sub").iterdir()) == []
+
+
+def _tree(path: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(path)): p.read_bytes() if p.is_file() else None for p in path.rglob("*")
+    }
+
+
+@pytest.mark.parametrize("case", ["index_beside_files", "index_alone", "lock_beside_files"])
+def test_a_directory_sharing_only_a_name_with_a_store_is_left_alone(
+    tmp_path: Path, case: str
+) -> None:
+    # A web site's index/ or another database's LOCK: opening it as a store would
+    # delete that index/ as a damaged index, and truncate that LOCK.
+    path = tmp_path / "site"
+    path.mkdir()
+    if case != "index_alone":
+        (path / "about.html").write_bytes(b"<p>about</p>")
+    if case.startswith("index"):
+        (path / "index").mkdir()
+        (path / "index" / "index.html").write_bytes(b"<p>home</p>")
+    else:
+        (path / "LOCK").write_bytes(b"held by another program\n")
+    before = _tree(path)
+    with pytest.raises(msgcask.NotAStoreError):
+        msgcask.open(path)
+    assert _tree(path) == before
+
+
+def test_what_a_first_open_that_stopped_early_leaves_still_opens(store_path: Path) -> None:
+    with msgcask.open(store_path):
+        pass
+    for data_file in store_path.glob("*.log"):
+        data_file.unlink()
+    (store_path / "0000000001.log.tmp").write_bytes(b"")
+    with msgcask.open(store_path) as store:
+        store.queue("q").put(b"x")
 
 
 def test_empty_directory_becomes_a_store(tmp_path: Path) -> None:
@@ -577,6 +615,33 @@ class TestAckNack:
         assert snapshot(store, store_path) == before
         q.ack(m)
 
+    @pytest.mark.parametrize("bad_id", [1.0, True], ids=["float", "bool"])
+    def test_a_message_whose_id_is_no_int_is_refused(
+        self,
+        seeded: tuple[msgcask.Store, Any],
+        store_path: Path,
+        snapshot: Snapshot,
+        bad_id: object,
+    ) -> None:
+        # A plain Message is taken at its word, but an id that only equals an int
+        # finds the delivered message: a float's ACK record cannot be encoded (a
+        # struct.error, once a transaction made its new queue), a bool is taken for 1.
+        store, q = seeded
+        m, one = q.get(block=False), q.get(block=False)
+        assert one.id == 1  # the id both bad ones equal
+        fake = msgcask.Message(*one)._replace(id=bad_id)
+        before = snapshot(store, store_path)
+        for call in (q.ack, q.nack):
+            with pytest.raises(TypeError, match="id must be an int"):
+                call(fake)
+        with pytest.raises(TypeError, match="id must be an int"):
+            with store.transaction() as tx:
+                tx.put("a-new-queue", b"should not appear")
+                tx.ack(fake)
+        assert snapshot(store, store_path) == before
+        q.ack(m)
+        q.ack(one)
+
     def test_a_transaction_whose_commit_failed_says_so_when_used_again(
         self, seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot
     ) -> None:
@@ -863,6 +928,25 @@ def test_an_earlier_delivery_of_a_message_cannot_be_acked(store: msgcask.Store) 
         tx.ack(first)
     assert len(q) == 1
     q.ack(second)
+    assert len(q) == 0
+
+
+def test_a_transaction_refuses_an_ack_whose_message_was_delivered_again_before_the_commit(
+    store: msgcask.Store,
+) -> None:
+    # Checked at the commit too: a nack and a new delivery can come between.
+    q = store.queue("q")
+    q.put(b"x")
+    first = q.get(block=False)
+    tx = store.transaction()
+    tx.ack(first)
+    q.nack(first)
+    second = q.get(block=False)
+    assert second.deliveries == 2
+    with pytest.raises(ValueError, match="delivered again since"):
+        tx.commit()
+    assert len(q) == 1
+    q.ack(second)  # the latest delivery's consumer still settles it
     assert len(q) == 0
 
 

@@ -77,6 +77,8 @@ def test_bad_options_are_usage_errors(store_dir: Path, args: list[str]) -> None:
         (demo, ["--max-file-size", "1"]),
         (bench, ["dlq-heavy", "--compaction-interval", "0"]),
         (bench, ["dlq-heavy", "--compaction-interval", "nan"]),
+        # Past the 16-bit delivery count; small, so that a run that starts ends soon.
+        (bench, ["dlq-heavy", "--max-deliveries", "65536", "-n", "20", "--peers", "none"]),
     ],
 )
 def test_bad_run_settings_are_usage_errors(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msgcask.options import Options
+from msgcask.store.format import MAX_DELIVERIES_COUNTED
 from msgcask.workloads.payload import SIZE_MIX
 
 WORKLOAD_NAMES = (
@@ -103,6 +104,12 @@ class RunConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if self.max_deliveries > MAX_DELIVERIES_COUNTED:
+            # Store.queue refuses it too, but only once the run has begun.
+            raise ValueError(
+                f"max_deliveries must be at most {MAX_DELIVERIES_COUNTED} (msgcask counts "
+                f"deliveries in 16 bits), not {self.max_deliveries}"
+            )
         if self.pin_every is not None and self.pin_every < 2:
             raise ValueError("pin_every must be at least 2")
         if self.rounds is not None and self.rounds < 1:
