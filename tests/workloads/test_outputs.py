@@ -257,10 +257,11 @@ def test_the_reopen_after_kill_9_keeps_its_torn_tail_warning_out_of_stderr(
     assert result["error"] is None and result["killed_by"] == "SIGKILL"
     assert isinstance(result["recovery_log"], list)
     # It gives the size of the store it reopened: the fill, and what the child put
-    # after it until the kill (it reports every COUNT_EVERY puts).
+    # after it until the kill (it reports every COUNT_EVERY puts: the kill may land
+    # after the put that completes a hundred and before its report).
     with msgcask.open(path, compaction_interval=None) as store:
         held = len(store.queue(store.queues()[0]))
-    assert 200 < result["messages"] <= held < result["messages"] + COUNT_EVERY
+    assert 200 < result["messages"] <= held <= result["messages"] + COUNT_EVERY
     # The kill may land between two puts: what a reopen does with a torn one.
     with max(path.glob("*.log")).open("ab") as f:
         f.write(b"\x07" * 20)
