@@ -26,11 +26,13 @@ the journal position it reflects.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import functools
 import logging
 import os
+import stat
 import threading
 import time
 import weakref
@@ -213,14 +215,30 @@ def _delivered_id(message: Message) -> int:
 _INDEX_ENTRIES = frozenset({"data.mdb", SHRINK_DIR})
 
 
+# What a LOCK an open made can hold: a pid and its newline, nothing (killed
+# before the pid was written, or closed), or zeros (a power cut lost the write).
+_LOCK_BYTES = frozenset(b"0123456789\n\0")
+
+
+def _lock_made_by_open(lock: str) -> bool:
+    """Whether ``lock`` is a LOCK file an open made: a regular file holding only
+    what StoreLock writes. Another program's LOCK holds other text."""
+    if not stat.S_ISREG(os.stat(lock).st_mode):  # never opens a pipe: it would wait
+        return False
+    with builtins.open(lock, "rb") as f:
+        return set(f.read(64)) <= _LOCK_BYTES
+
+
 def _made_by_open(path: str, name: str) -> bool:
     """Whether entry ``name`` of ``path`` is one an open makes before the first
     data file: the LOCK, the index directory (LMDB's files only), a data file
     not yet published."""
-    if name == LOCK_FILE or parse_data_file_name(name.removesuffix(TEMP_SUFFIX)) is not None:
+    if parse_data_file_name(name.removesuffix(TEMP_SUFFIX)) is not None:
         return True
-    index = os.path.join(path, name)
-    return name == INDEX_DIR and os.path.isdir(index) and set(os.listdir(index)) <= _INDEX_ENTRIES
+    entry = os.path.join(path, name)
+    if name == LOCK_FILE:
+        return _lock_made_by_open(entry)
+    return name == INDEX_DIR and os.path.isdir(entry) and set(os.listdir(entry)) <= _INDEX_ENTRIES
 
 
 def _check_store_path(path: str) -> None:

@@ -234,15 +234,19 @@ def _tree(path: Path) -> dict[str, bytes | None]:
     }
 
 
-@pytest.mark.parametrize("case", ["index_beside_files", "index_alone", "lock_beside_files"])
+@pytest.mark.parametrize(
+    "case", ["index_beside_files", "index_alone", "lock_beside_files", "lock_alone"]
+)
 def test_a_directory_sharing_only_a_name_with_a_store_is_left_alone(
     tmp_path: Path, case: str
 ) -> None:
     # A web site's index/ or another database's LOCK: opening it as a store would
-    # delete that index/ as a damaged index, and truncate that LOCK.
+    # delete that index/ as a damaged index, and truncate that LOCK. A LOCK alone
+    # is what an open that stopped right after creating it leaves, but holding
+    # text no open writes (a pid, or nothing) it is another program's.
     path = tmp_path / "site"
     path.mkdir()
-    if case != "index_alone":
+    if not case.endswith("_alone"):
         (path / "about.html").write_bytes(b"<p>about</p>")
     if case.startswith("index"):
         (path / "index").mkdir()
@@ -262,6 +266,19 @@ def test_what_a_first_open_that_stopped_early_leaves_still_opens(store_path: Pat
         data_file.unlink()
     (store_path / "0000000001.log.tmp").write_bytes(b"")
     with msgcask.open(store_path) as store:
+        store.queue("q").put(b"x")
+
+
+@pytest.mark.parametrize("content", [b"", b"4242\n", b"42", b"\0\0\0\0\0"])
+def test_a_lock_left_by_a_first_open_that_stopped_early_still_opens(
+    tmp_path: Path, content: bytes
+) -> None:
+    # Killed right after creating its LOCK: before the pid was written, after it,
+    # or (a power cut) with the pid's bytes never reaching the disk.
+    path = tmp_path / "store"
+    path.mkdir()
+    (path / "LOCK").write_bytes(content)
+    with msgcask.open(path) as store:
         store.queue("q").put(b"x")
 
 
