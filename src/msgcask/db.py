@@ -364,9 +364,12 @@ class Store:
             self._open_recovered(files, recovery, env, catalog)
         except BaseException as e:
             env.close()
-            if isinstance(e, lmdb.Error) and recovery.report.mode in ("rebuild", "new"):
-                # A half-written rebuild is worth nothing (the next open starts it
-                # again) and may be what fills the disk.
+            if recovery.report.mode == "new" or (
+                isinstance(e, lmdb.Error) and recovery.report.mode == "rebuild"
+            ):
+                # A new store's index holds nothing yet, and a failed open leaves the
+                # directory as it found it; a half-written rebuild is worth nothing
+                # (the next open starts it again) and may be what fills the disk.
                 remove_index(os.path.join(self.path, INDEX_DIR))
             for file_id, handle in files.handles.items():  # the journal adds its files here
                 handle.close()

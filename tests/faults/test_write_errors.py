@@ -303,3 +303,21 @@ def test_transaction_that_hits_enospc_creates_no_queue(
     store.close()
     with msgcask.open(store_path, compaction_interval=None) as reopened:
         assert reopened.queues() == ["q"]
+
+
+@pytest.mark.parametrize("existed", [False, True], ids=["new_directory", "empty_directory"])
+def test_a_first_open_that_hits_enospc_leaves_the_directory_as_it_found_it(
+    tmp_path: Path, fs: FaultyFileSystem, existed: bool
+) -> None:
+    path = tmp_path / "store"
+    if existed:
+        path.mkdir()
+    fs.no_space = True  # the first data file's header cannot be written
+    with pytest.raises(msgcask.Error, match="No space left"):
+        open_store(path, fs)
+    assert sorted(p.name for p in path.iterdir()) == []
+    fs.no_space = False
+    with open_store(path, fs) as store:
+        store.queue("q").put(b"after the disk had room")
+    with open_store(path, fs) as store:
+        assert [bytes(m.body) for m in store.queue("q").browse()] == [b"after the disk had room"]
