@@ -250,13 +250,16 @@ def _check_store_path(path: str) -> None:
         # what an open that stopped early leaves does: a LOCK or an index/ beside
         # anything else is another program's, and open would truncate that LOCK
         # and delete that index/ as a damaged index.
-        looks_like_store = any(parse_data_file_name(e) is not None for e in entries) or all(
-            _made_by_open(path, e) for e in entries
-        )
-        if entries and not looks_like_store:
+        if any(parse_data_file_name(e) is not None for e in entries):
+            return
+        foreign = sorted(e for e in entries if not _made_by_open(path, e))
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (
+                f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+            )
             raise NotAStoreError(
-                f"{path} is a non-empty directory that is not a msgcask store; "
-                "use an empty or new directory"
+                f"{path} is a non-empty directory that is not a msgcask store (it holds "
+                f"{shown}, and no data file); use an empty or new directory"
             )
 
 

@@ -221,7 +221,7 @@ def test_non_empty_directory_that_is_not_a_store_is_left_alone(tmp_path: Path) -
     path.mkdir()
     (path / "holiday.jpg").write_bytes(b"\xff\xd8 jpeg")
     (path / "sub").mkdir()
-    with pytest.raises(msgcask.NotAStoreError):
+    with pytest.raises(msgcask.NotAStoreError, match=r"holds holiday\.jpg, sub, and no data"):
         msgcask.open(path)
     assert sorted(p.name for p in path.iterdir()) == ["holiday.jpg", "sub"]
     assert (path / "holiday.jpg").read_bytes() == b"\xff\xd8 jpeg"
