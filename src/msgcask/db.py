@@ -398,6 +398,11 @@ class Store:
         # (id, queue, priority, file, offset, size) of puts not yet in the index.
         self._pending: list[tuple[int, _QueueRuntime, int, int, int, int]] = []
         self._commit_hold = 0
+        # A queue was created or deleted since the last index commit. Queues are
+        # not journaled, so only a commit keeps such a change across a crash, and
+        # while a compaction swap holds commits back that commit is skipped
+        # (_keep_queue_change, sync).
+        self._queues_uncommitted = False
         # The first LMDB failure since open. LMDB aborted what it was doing, so the
         # index now lacks changes the store made: from then on the store refuses
         # every call but close, and close discards the index (_index_failed).
@@ -727,7 +732,7 @@ class Store:
             # Nothing journaled since the last commit: nothing to commit either
             # (an index change the journal does not record commits itself), so
             # an idle store does not rewrite its index every sync_interval.
-            if self._journal.position != self._committed_position:
+            if self._journal.position != self._committed_position or self._queues_uncommitted:
                 self._commit_index()
 
     @contextlib.contextmanager
@@ -772,6 +777,7 @@ class Store:
             self._index_failed(e)
             raise
         self._committed_position = position
+        self._queues_uncommitted = False
 
     # -- writing -------------------------------------------------------------------
 
@@ -1003,7 +1009,10 @@ class Store:
             if dead_letter_queue is None and max_deliveries is not None:
                 _check_default_dead_letter_name(name)
             self._queue_settings[name] = (max_deliveries, dead_letter_queue)
+            created = name not in self._catalog.queue_ids
             self._runtime(name)
+        if created:
+            self._keep_queue_change()
         from msgcask.queue import Queue
 
         return Queue._of(self, name)
@@ -1017,6 +1026,7 @@ class Store:
             qid = self._catalog.queue_id(name)
             if created:
                 # Queues are not journaled: commit now so a crash keeps the new queue.
+                self._queues_uncommitted = True
                 self._commit_index()
             rt = _QueueRuntime(name, name.encode(), qid, threading.Condition(self._lock))  # type: ignore[arg-type]
             self._queues[name] = rt
@@ -1061,6 +1071,7 @@ class Store:
                 self._queues[name] = rt
                 raise
             self._catalog.drop_queue(name)
+            self._queues_uncommitted = True
             try:
                 self._commit_index()  # so a crash cannot bring the queue back
             finally:
@@ -1068,8 +1079,28 @@ class Store:
                 # looks for them to wake.
                 rt.cond.notify_all()
             pos = self._journal.position
+        self._keep_queue_change()
         self._wait_durable(pos)
         return removed
+
+    def _keep_queue_change(self) -> None:
+        """Return once the queue this call created or deleted is in a committed
+        index (call without the store's lock). The commit that ``_runtime`` or
+        ``delete_queue`` makes is skipped while a compaction swap holds commits
+        back, and a kill before the swap's own commit would then lose a queue
+        that ``store.queue()`` returned, or bring back one ``delete_queue``
+        deleted: so wait for the hold to end (a pass's swap, in short lock holds)
+        and commit, unless a commit meanwhile did."""
+        wait = 0.0005
+        while True:
+            with self._lock:
+                if not self._queues_uncommitted or self._closed:
+                    return  # (close commits the index)
+                if not self._commit_hold:
+                    self._commit_index()
+                    return
+            time.sleep(wait)
+            wait = min(wait * 2, 0.01)
 
     def _remove_messages(self, rt: _QueueRuntime, *, include_delivered: bool) -> int:
         """Ack every message of ``rt`` (optionally sparing delivered ones)."""
@@ -1195,6 +1226,7 @@ class Store:
             rt = self._queues.pop(name, None)
             if name in self._catalog.queue_ids:
                 self._catalog.drop_queue(name)
+                self._queues_uncommitted = True
             if rt is not None:
                 rt.cond.notify_all()
         if self._journal.sync_failure is None:  # else it cannot commit: the error that
