@@ -303,6 +303,11 @@ class Store:
             )
         if not fspath:
             raise ValueError("path must not be empty: pass the store's directory")
+        if "\0" in fspath:
+            raise ValueError(
+                f"path {fspath!r} holds a NUL character, which no file name can: "
+                "pass the store's directory"
+            )
         self.path = fspath
         self._fs = _fs or FileSystem()
         # Where data files' creation times (and so their ages, which compaction

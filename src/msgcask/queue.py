@@ -78,6 +78,11 @@ class Queue:
 
         if isinstance(bodies, (bytes, bytearray, memoryview, str)):
             raise TypeError("put_many takes an iterable of message bodies, not one body")
+        if not isinstance(bodies, Iterable):
+            raise TypeError(
+                f"put_many takes an iterable of message bodies (a list of bytes), "
+                f"got {type(bodies).__name__}"
+            )
         hdrs = validate.headers(headers)
         prio = validate.priority(priority)
         pending = [_PendingPut(self._name, validate.body(b), hdrs, prio) for b in bodies]

@@ -216,6 +216,16 @@ def test_path_that_is_a_regular_file_is_not_a_store(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt"]
 
 
+def test_put_many_of_no_iterable_says_what_it_takes(
+    seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot
+) -> None:
+    store, q = seeded
+    before = snapshot(store, store_path)
+    with pytest.raises(TypeError, match=r"iterable of message bodies \(a list of bytes\), got int"):
+        q.put_many(5)  # type: ignore[arg-type]
+    assert snapshot(store, store_path) == before
+
+
 def test_non_empty_directory_that_is_not_a_store_is_left_alone(tmp_path: Path) -> None:
     path = tmp_path / "photos"
     path.mkdir()
@@ -1039,6 +1049,7 @@ def _open_failures(tmp_path: Path) -> dict[str, tuple[object, type[Exception], s
     return {
         "under_a_file": (tmp_path / "a-file" / "store", msgcask.Error, "Not a directory"),
         "empty": ("", ValueError, "must not be empty"),
+        "nul_in_path": (tmp_path / "a\0b", ValueError, "holds a NUL character"),
         "data_file_is_a_directory": (
             tmp_path / "dir-named-like-a-data-file",
             msgcask.Error,
@@ -1055,7 +1066,14 @@ def _open_failures(tmp_path: Path) -> dict[str, tuple[object, type[Exception], s
 
 @pytest.mark.parametrize(
     "case",
-    ["under_a_file", "empty", "data_file_is_a_directory", "garbage_data_file", "bytes_path"],
+    [
+        "under_a_file",
+        "empty",
+        "nul_in_path",
+        "data_file_is_a_directory",
+        "garbage_data_file",
+        "bytes_path",
+    ],
 )
 def test_an_open_that_fails_raises_a_msgcask_error_and_changes_nothing(
     tmp_path: Path, case: str
