@@ -1563,13 +1563,17 @@ class Store:
     def _browse(self, name: str) -> Iterator[Message]:
         """Yield the queue's messages in delivery order, a chunk at a time."""
         start: bytes | None = None
+        qid: int | None = None
         while True:
             chunk: list[Message] = []
             with self._lock:
                 self._check_open()
                 rt = self._existing_runtime(name)
-                if rt is None:
+                # Deleted between chunks (and perhaps made again: a new queue id,
+                # whose keys all sort after ``start``): the queue browsed is gone.
+                if rt is None or qid not in (None, rt.qid):
                     return
+                qid = rt.qid
                 for key in self._catalog.queue_order(rt.qid, start):
                     if key == start:
                         continue

@@ -529,6 +529,24 @@ class TestBrowse:
         assert store.stats().live_messages == 3
         verify(store)
 
+    def test_browse_straddling_a_delete_and_recreate_stays_in_order(
+        self, store: msgcask.Store
+    ) -> None:
+        # browse() reads 256 messages per lock hold. Between two, the queue is
+        # deleted and made again under the same name, with a message of priority
+        # 9: the browse must not go on into the new queue from its start, which
+        # would list that message after the old queue's priority-0 ones.
+        q = store.queue("q")
+        q.put_many([b"old"] * 300, priority=0)
+        it = q.browse()
+        assert next(it).body == b"old"  # the first chunk is read
+        store.delete_queue("q")
+        q.put(b"new", priority=9)
+        rest = list(it)
+        keys = [(-m.priority, m.id) for m in rest]
+        assert keys == sorted(keys), [(m.priority, m.body) for m in rest]
+        assert [m.body for m in rest] == [b"old"] * 255  # what it read before the delete
+
 
 class TestLifecycle:
     def test_context_manager_closes_and_releases_the_lock(self, store_path: Path) -> None:
