@@ -1531,6 +1531,22 @@ class Store:
             dlq = dead_letter_queue or f"DLQ.{name}"
         # Dead-letter: one batch of PUT (a new id, in the DLQ) and ACK of the original.
         # Written outside the lock, since a batch may first wait for space.
+        try:
+            self._dead_letter(rt, msg_id, put, dlq)
+        except ValueError as e:
+            if isinstance(e, MessageTooLargeError) or msg_id in self._inflight:
+                raise
+            # The batch's ACK was refused: meanwhile another thread acked the
+            # message or deleted its queue. Said as a nack, not as the batch's ack
+            # (whose message speaks of transactions).
+            raise ValueError(
+                f"message {msg_id} is not delivered-and-unacked on queue {name!r} any more: "
+                "it was acked, or its queue deleted, while it was being dead-lettered; "
+                "nothing was dead-lettered"
+            ) from None
+
+    def _dead_letter(self, rt: _QueueRuntime, msg_id: int, put: codec.Put, dlq: str) -> None:
+        """Write the dead-letter move of a delivered message (without the lock)."""
         headers = {**put.headers, "x-dead-letter-from": rt.name, "x-original-id": str(msg_id)}
         # Keeping the message matters more than the two headers that say where it
         # came from: it goes without them when they would not fit.

@@ -334,6 +334,30 @@ class TestRedelivery:
         assert len(q) == 0
         assert [m.body for m in store.queue("DLQ.work").browse()] == [b"poison"]
 
+    def test_nack_whose_queue_is_deleted_while_it_dead_letters_says_so(
+        self, store: msgcask.Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A dead-letter move is written after nack lets go of the store's lock
+        # (its batch may wait for space); another thread deletes the queue then.
+        q = store.queue("work", max_deliveries=1)
+        q.put(b"poison")
+        m = q.get(block=False)
+        write_batch = store._write_batch
+
+        def delete_first(*args: Any, **kwargs: Any) -> list[int]:
+            done = threading.Thread(target=store.delete_queue, args=("work",))
+            done.start()
+            done.join()
+            return write_batch(*args, **kwargs)
+
+        monkeypatch.setattr(store, "_write_batch", delete_first)
+        with pytest.raises(ValueError, match="not delivered-and-unacked on queue 'work'") as e:
+            q.nack(m)
+        assert not isinstance(e.value, msgcask.MessageTooLargeError)
+        assert "transaction" not in str(e.value)  # a nack, not a transaction's ack
+        assert "DLQ.work" not in store.queues()  # nothing changed
+        assert store.stats().live_messages == 0
+
     def test_queue_without_max_deliveries_never_dead_letters(self, store: msgcask.Store) -> None:
         q = store.queue("q")
         mid = q.put(b"x")
