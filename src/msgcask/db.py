@@ -62,7 +62,7 @@ from msgcask.index.accounting import FileAccount
 from msgcask.index.catalog import Catalog
 from msgcask.index.env import SHRINK_DIR, IndexEnv, ShrinkFailed, boot_id, remove_index
 from msgcask.index.keys import STATE_ACKED, Live
-from msgcask.message import Message, delivered_message_type
+from msgcask.message import Message, delivered_id, delivered_message_type
 from msgcask.options import Options, check_threshold
 from msgcask.stats import CompactionReport, FileStats, KeptReport, StoreStats
 from msgcask.store import codec
@@ -196,19 +196,6 @@ def _check_default_dead_letter_name(name: str) -> None:
             f"the default dead-letter queue of {name!r}, DLQ.<name>, is not a valid "
             f"queue name ({e}); pass dead_letter_queue= with a shorter name"
         ) from None
-
-
-def _delivered_id(message: Message) -> int:
-    """The id of a Message given to ack or nack. A plain Message is taken at its
-    word, but not for an id that is no int and only equals one (5.0): the
-    lookups would find the message, and its ACK record could not be encoded."""
-    msg_id = message.id
-    if isinstance(msg_id, bool) or not isinstance(msg_id, int):
-        raise TypeError(
-            f"a Message's id must be an int, got {type(msg_id).__name__}; pass the Message "
-            "get() returned, or its id"
-        )
-    return msg_id
 
 
 # What an index directory holds: LMDB's file, and a shrink's leftover copy.
@@ -403,11 +390,6 @@ class Store:
         # (id, queue, priority, file, offset, size) of puts not yet in the index.
         self._pending: list[tuple[int, _QueueRuntime, int, int, int, int]] = []
         self._commit_hold = 0
-        # A queue was created or deleted since the last index commit. Queues are
-        # not journaled, so only a commit keeps such a change across a crash, and
-        # while a compaction swap holds commits back that commit is skipped
-        # (_keep_queue_change, sync).
-        self._queues_uncommitted = False
         # The first LMDB failure since open. LMDB aborted what it was doing, so the
         # index now lacks changes the store made: from then on the store refuses
         # every call but close, and close discards the index (_index_failed).
@@ -737,7 +719,7 @@ class Store:
             # Nothing journaled since the last commit: nothing to commit either
             # (an index change the journal does not record commits itself), so
             # an idle store does not rewrite its index every sync_interval.
-            if self._journal.position != self._committed_position or self._queues_uncommitted:
+            if self._journal.position != self._committed_position or self._catalog.queues_changed:
                 self._commit_index()
 
     @contextlib.contextmanager
@@ -782,7 +764,7 @@ class Store:
             self._index_failed(e)
             raise
         self._committed_position = position
-        self._queues_uncommitted = False
+        self._catalog.queues_changed = False
 
     # -- writing -------------------------------------------------------------------
 
@@ -1031,7 +1013,6 @@ class Store:
             qid = self._catalog.queue_id(name)
             if created:
                 # Queues are not journaled: commit now so a crash keeps the new queue.
-                self._queues_uncommitted = True
                 self._commit_index()
             rt = _QueueRuntime(name, name.encode(), qid, threading.Condition(self._lock))  # type: ignore[arg-type]
             self._queues[name] = rt
@@ -1076,7 +1057,6 @@ class Store:
                 self._queues[name] = rt
                 raise
             self._catalog.drop_queue(name)
-            self._queues_uncommitted = True
             try:
                 self._commit_index()  # so a crash cannot bring the queue back
             finally:
@@ -1099,7 +1079,7 @@ class Store:
         wait = 0.0005
         while True:
             with self._lock:
-                if not self._queues_uncommitted or self._closed:
+                if not self._catalog.queues_changed or self._closed:
                     return  # (close commits the index)
                 if not self._commit_hold:
                     self._commit_index()
@@ -1231,7 +1211,6 @@ class Store:
             rt = self._queues.pop(name, None)
             if name in self._catalog.queue_ids:
                 self._catalog.drop_queue(name)
-                self._queues_uncommitted = True
             if rt is not None:
                 rt.cond.notify_all()
         if self._journal.sync_failure is None:  # else it cannot commit: the error that
@@ -1461,7 +1440,7 @@ class Store:
         and not acked since. Looks the queue up without creating it: a refused
         ack or nack must not bring back a queue deleted meanwhile."""
         if isinstance(target, Message):
-            msg_id = _delivered_id(target)
+            msg_id = delivered_id(target)
         elif isinstance(target, int) and not isinstance(target, bool):
             msg_id = target
         else:

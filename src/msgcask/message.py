@@ -50,3 +50,16 @@ def delivered_message_type() -> type[Message]:
         "type[Message]",
         type("Message", (Message,), {"__slots__": (), "__reduce__": __reduce__}),
     )
+
+
+def delivered_id(message: Message) -> int:
+    """The id of a Message given to ack or nack. A plain Message is taken at its
+    word, but not for an id that is no int and only equals one (5.0): the
+    lookups would find the message, and its ACK record could not be encoded."""
+    msg_id = message.id
+    if isinstance(msg_id, bool) or not isinstance(msg_id, int):
+        raise TypeError(
+            f"a Message's id must be an int, got {type(msg_id).__name__}; pass the Message "
+            "get() returned, or its id"
+        )
+    return msg_id

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import lmdb
 
 from msgcask import validate
-from msgcask.message import Message
+from msgcask.message import Message, delivered_id
 
 if TYPE_CHECKING:
     from msgcask.db import Store, _PendingPut
@@ -64,11 +64,9 @@ class Transaction:
         return pending.msg_id
 
     def ack(self, message: Message | int) -> None:
-        from msgcask.db import _delivered_id
-
         self._check_usable()
         if isinstance(message, Message):
-            msg_id = _delivered_id(message)
+            msg_id = delivered_id(message)
             with self._store._lock:
                 self._store._check_open()
                 self._store._check_delivery(message, self._store._inflight.get(msg_id))

@@ -75,6 +75,22 @@ def _open_at_threshold(path: Path) -> msgcask.Store:
     return msgcask.open(path, max_file_size=MFS, compaction_interval=None, compaction_threshold=0.3)
 
 
+def _rebuilt(path: Path) -> msgcask.Store:
+    """The store opened again with its index deleted: rebuilt from the data files."""
+    shutil.rmtree(path / "index")
+    return _open_at_threshold(path)
+
+
+def _ids(store: msgcask.Store) -> set[int]:
+    """The ids of every message in the store, in any queue."""
+    return {m.id for name in store.queues() for m in store.queue(name).browse()}
+
+
+def _roll(store: msgcask.Store) -> None:
+    with store._lock:
+        store._roll_over()
+
+
 def _half_taken_then_filler(
     store: msgcask.Store,
 ) -> tuple[msgcask.Queue, set[int], msgcask.Queue, list[int]]:
@@ -115,7 +131,7 @@ def test_a_victim_still_holding_needed_acks_after_its_swap_is_not_deleted(
         a, b = (f.file_id for f in store.stats().files[:2])
         assert {p for _, p in store.why_kept(b).needed_acks} == {a}
         assert store.why_kept(b).live_messages == [("f", b_ids[-1])]
-        expected = {m.id for name in store.queues() for m in store.queue(name).browse()}
+        expected = _ids(store)
         assert expected == (set(a_ids) - acked) | {b_ids[-1]}
 
         monkeypatch.setattr(Catalog, "needed_ack", lambda *args: None)
@@ -123,11 +139,10 @@ def test_a_victim_still_holding_needed_acks_after_its_swap_is_not_deleted(
         monkeypatch.undo()
         files = {f.file_id for f in store.stats().files}
         assert {a, b} <= files, "a victim holding needed ACKs was deleted"
-        assert {m.id for name in store.queues() for m in store.queue(name).browse()} == expected
+        assert _ids(store) == expected
         assert store.verify() == []
-    shutil.rmtree(path / "index")
-    with _open_at_threshold(path) as store:
-        back = {m.id for name in store.queues() for m in store.queue(name).browse()}
+    with _rebuilt(path) as store:
+        back = _ids(store)
         assert not back & acked, f"acked messages back after a rebuild: {sorted(back & acked)}"
         assert back == expected
 
@@ -146,8 +161,7 @@ def test_a_victim_kept_by_the_guard_keeps_the_acks_of_its_consumed_messages(
         for m in acked:
             q.ack(m)  # in B: needed ACKs of A's messages
         got = [filler.get(block=False) for _ in b_ids]
-        with store._lock:
-            store._roll_over()  # seal B; C is the head
+        _roll(store)  # seal B; C is the head
         for m in got[:-1]:
             filler.ack(m)  # in C: ACKs of B's messages
         b = store.stats().files[1].file_id
@@ -162,16 +176,10 @@ def test_a_victim_kept_by_the_guard_keeps_the_acks_of_its_consumed_messages(
             filler.ack(filler.get(block=False))
         store.compact(threshold=0.01)
         assert store.verify() == []
-        expected = {m.id for name in store.queues() for m in store.queue(name).browse()}
-    shutil.rmtree(path / "index")
-    with _open_at_threshold(path) as store:
-        back = {m.id for name in store.queues() for m in store.queue(name).browse()}
+        expected = _ids(store)
+    with _rebuilt(path) as store:
+        back = _ids(store)
         assert back == expected, f"acked messages back after a rebuild: {sorted(back - expected)}"
-
-
-def _roll(store: msgcask.Store) -> None:
-    with store._lock:
-        store._roll_over()
 
 
 def test_a_kept_victim_keeps_its_live_messages_where_they_are(
@@ -213,11 +221,10 @@ def test_a_kept_victim_keeps_its_live_messages_where_they_are(
         for _ in range(3):
             store.compact(threshold=0.01)  # whole-file deletions only
         assert store.verify() == []
-        expected = {m.id for name in store.queues() for m in store.queue(name).browse()}
+        expected = _ids(store)
         assert survivor.id not in expected
-    shutil.rmtree(path / "index")
-    with _open_at_threshold(path) as store:
-        back = {m.id for name in store.queues() for m in store.queue(name).browse()}
+    with _rebuilt(path) as store:
+        back = _ids(store)
         assert store.verify() == []
     assert not back & (acked | {survivor.id}), f"acked messages back: {sorted(back - expected)}"
     assert back == expected
@@ -272,10 +279,9 @@ def test_a_victim_the_guard_keeps_is_not_emptied_for_a_deletion_to_take(
         for _ in range(3):
             store.compact(threshold=0.01)
         assert store.verify() == []
-        expected = {m.id for name in store.queues() for m in store.queue(name).browse()}
-    shutil.rmtree(path / "index")
-    with _open_at_threshold(path) as store:
-        back = {m.id for name in store.queues() for m in store.queue(name).browse()}
+        expected = _ids(store)
+    with _rebuilt(path) as store:
+        back = _ids(store)
         assert store.recovery.removed_files == []
         assert store.verify() == []
     gone = {m.id for m in acked}

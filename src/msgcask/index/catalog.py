@@ -30,6 +30,10 @@ class Catalog:
         # so len(queue) costs nothing however deep the queue is.
         self.counts: dict[int, int] = {}
         self._dirty_counts: set[int] = set()
+        # A queue was made or dropped since the store last committed the index
+        # (which clears this). Queues are not journaled: only a commit keeps such a
+        # change across a crash (Store.sync, Store._keep_queue_change).
+        self.queues_changed = False
         for name, value in env.items(env.queues):
             qid, count = keys.QUEUE_VALUE.unpack(value)
             self.queue_ids[name.decode()] = qid
@@ -46,6 +50,7 @@ class Catalog:
             self.env.txn.put(name.encode(), keys.QUEUE_VALUE.pack(qid, 0), db=self.env.queues)
             self.queue_ids[name] = qid
             self.counts[qid] = 0
+            self.queues_changed = True
         return qid
 
     def drop_queue(self, name: str) -> None:
@@ -53,6 +58,7 @@ class Catalog:
         qid = self.queue_ids.pop(name)
         self.counts.pop(qid, None)
         self._dirty_counts.discard(qid)
+        self.queues_changed = True
 
     def prune_empty_queues(self, only: set[int] | None = None) -> None:
         """Drop queues without messages (of ``only``, if given)."""
