@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import msgcask
+from draining import each_available
 
 Verify = Callable[[msgcask.Store], None]
 
@@ -20,13 +21,10 @@ Verify = Callable[[msgcask.Store], None]
 def _drain(q: Any) -> list[Any]:
     """Get and ack everything available, in delivery order."""
     out = []
-    while True:
-        try:
-            m = q.get(block=False)
-        except msgcask.Empty:
-            return out
+    for m in each_available(q):
         q.ack(m)
         out.append(m)
+    return out
 
 
 class TestOrder:

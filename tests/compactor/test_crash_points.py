@@ -30,6 +30,7 @@ import pytest
 from click.testing import CliRunner
 
 import msgcask
+from draining import each_available
 from msgcask.check import scan_files
 from msgcask.cli.main import main as cli_main
 from msgcask.store import codec
@@ -425,11 +426,7 @@ def _drain(store: msgcask.Store) -> list[int]:
     ids = []
     for name in store.queues():
         q = store.queue(name)
-        while True:
-            try:
-                m = q.get(block=False)
-            except msgcask.Empty:
-                break
+        for m in each_available(q):
             q.ack(m)
             ids.append(m.id)
     filler = store.queue("filler")

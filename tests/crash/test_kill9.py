@@ -10,10 +10,7 @@ drains the store, so the next one starts from an empty store with a long history
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -25,6 +22,8 @@ from typing import Any
 import pytest
 
 import msgcask
+from child_process import child_process
+from draining import each_available
 
 WRITER = Path(__file__).with_name("crash_writer.py")
 sys.path.insert(0, str(WRITER.parent))
@@ -101,34 +100,17 @@ def run_and_kill(
     line announces that operation, so that it lands while the operation runs.
     """
     out_path = path.parent / f"writer-{seed}.out"
-    err_path = path.parent / f"writer-{seed}.err"
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, str(WRITER), str(path), sync, str(seed), str(max_file_size), workload],
-            stdout=out,
-            stderr=err,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while not out_path.read_bytes().startswith(b"R\n"):
-            assert proc.poll() is None, f"writer died on start: {err_path.read_text()}"
-            assert time.monotonic() < deadline, "writer did not start within 60 s"
-            time.sleep(0.01)
+    cmd = [sys.executable, str(WRITER), str(path), sync, str(seed), str(max_file_size), workload]
+    with child_process(cmd, out_path) as writer:
+        writer.wait_for(lambda out: out.startswith(b"R\n"), "its start")
         time.sleep(delay)
         if kill_inside is not None:
             marker = f"\n{kill_inside}\n".encode()
             until = time.monotonic() + 5
-            while not out_path.read_bytes().endswith(marker) and time.monotonic() < until:
+            while not writer.output().endswith(marker) and time.monotonic() < until:
                 time.sleep(0.0005)
-        # If the writer already exited, the store raised in the middle of its loop.
-        assert proc.poll() is None, f"writer failed before the kill: {err_path.read_text()}"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+        writer.assert_running("before the kill")
+        assert writer.kill9()
     return out_path.read_text()
 
 
@@ -202,11 +184,7 @@ def drain_and_check_redelivery(store: msgcask.Store, report: Report) -> int:
     highest = 0
     for name in existing_queues(store):
         q = store.queue(name)
-        while True:
-            try:
-                m = q.get(block=False)
-            except msgcask.Empty:
-                break
+        for m in each_available(q):
             if m.id in report.delivered:
                 # Its delivery was journaled before get returned.
                 assert m.redelivered and m.deliveries >= 2, f"{m.id} lost its delivery count"

@@ -9,16 +9,13 @@ deleted in the middle of one must still be in a committed index when the call re
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import msgcask
+from child_process import child_process
 
 WRITER = Path(__file__).with_name("queue_writer.py")
 ROUNDS = 3  # each round aims one kill at a pair of calls made during a pass
@@ -26,23 +23,14 @@ ROUNDS = 3  # each round aims one kill at a pair of calls made during a pass
 
 def run_until_aimed(path: Path, out_path: Path, seed: int) -> list[str]:
     """Run the writer until it reports a pair of calls made during a pass; SIGKILL it."""
-    with open(out_path, "wb") as out, open(out_path.with_suffix(".err"), "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, str(WRITER), str(path), str(seed)], stdout=out, stderr=err
+    with child_process([sys.executable, str(WRITER), str(path), str(seed)], out_path) as writer:
+        writer.wait_for(
+            lambda out: out.endswith(b"\nH\n"),
+            "a queue call inside a compaction pass",
+            seconds=40,
+            poll=0.001,
         )
-    try:
-        deadline = time.monotonic() + 40
-        while not out_path.read_bytes().endswith(b"\nH\n"):
-            assert proc.poll() is None, out_path.with_suffix(".err").read_text()
-            assert time.monotonic() < deadline, "no queue call landed inside a compaction pass"
-            time.sleep(0.001)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+        assert writer.kill9()
     return out_path.read_text().split("\n")[:-1]
 
 

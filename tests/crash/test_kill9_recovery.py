@@ -7,11 +7,8 @@ many rebuilds were cut short.
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -20,6 +17,8 @@ from pathlib import Path
 import pytest
 
 import msgcask
+from child_process import child_process
+from draining import each_available
 
 OPENER = Path(__file__).with_name("open_store.py")
 FILE_SIZE = 64 * 1024
@@ -53,26 +52,15 @@ def open_and_kill(path: Path, out: Path, delay: float | None) -> float | None:
 
     Returns how long open took when it finished, else None.
     """
-    with open(out, "wb") as f, open(out.with_suffix(".err"), "wb") as err:
-        proc = subprocess.Popen([sys.executable, str(OPENER), str(path)], stdout=f, stderr=err)
-    try:
-        deadline = time.monotonic() + 60
-        while not out.read_bytes().startswith(b"S\n"):
-            assert proc.poll() is None or out.read_bytes().startswith(b"S\n"), "opener died"
-            assert time.monotonic() < deadline, "opener did not start within 60 s"
-            time.sleep(0.001)
+    with child_process([sys.executable, str(OPENER), str(path)], out) as opener:
+        opener.wait_for(lambda output: output.startswith(b"S\n"), "its start", poll=0.001)
         started = time.monotonic()
         if delay is None:
-            assert proc.wait(timeout=120) == 0, "open failed"
+            assert opener.proc.wait(timeout=120) == 0, f"open failed: {opener.stderr()}"
             return time.monotonic() - started
         time.sleep(delay)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        opener.kill9()  # it may have finished first: the caller tells by its output
         return None
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.mark.crash
@@ -118,11 +106,7 @@ def test_kill9_during_index_rebuild_converges_to_the_journal_state(
         verify(store)
         for name in store.queues():
             q = store.queue(name)
-            while True:
-                try:
-                    m = q.get(block=False)
-                except msgcask.Empty:
-                    break
+            for m in each_available(q):
                 # Deliveries are counted once, however many rebuilds replayed them.
                 assert m.deliveries == deliveries.get(m.id, 0) + 1, m.id
                 q.ack(m)

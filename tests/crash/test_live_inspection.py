@@ -7,11 +7,8 @@ the store must pass the same checks as any crashed store: inspection corrupted n
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +16,7 @@ import pytest
 from test_kill9 import WRITER, check_after_crash, drain_and_check_redelivery, parse
 
 import msgcask
+from child_process import child_process
 from msgcask.store import codec
 
 CLI = "import sys; from msgcask.cli.main import main; sys.exit(main())"
@@ -39,18 +37,9 @@ def test_check_on_a_live_store_corrupts_nothing(
     data_files: Callable[[Path], list[Path]],
 ) -> None:
     out_path = tmp_path / "writer.out"
-    with open(out_path, "wb") as out, open(tmp_path / "writer.err", "wb") as err:
-        writer = subprocess.Popen(
-            [sys.executable, str(WRITER), str(store_path), "periodic", "11", "65536", "mixed"],
-            stdout=out,
-            stderr=err,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while not out_path.read_bytes().startswith(b"R\n"):
-            assert writer.poll() is None, (tmp_path / "writer.err").read_text()
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+    cmd = [sys.executable, str(WRITER), str(store_path), "periodic", "11", "65536", "mixed"]
+    with child_process(cmd, out_path) as writer:
+        writer.wait_for(lambda out: out.startswith(b"R\n"), "its start")
         for _ in range(3):
             checked = cli("check", str(store_path))
             assert "Traceback" not in checked.stderr, checked.stderr
@@ -60,14 +49,9 @@ def test_check_on_a_live_store_corrupts_nothing(
                 refused = cli(command, str(store_path))
                 assert refused.returncode != 0, f"{command} ran against a live store"
                 assert "Traceback" not in refused.stderr, refused.stderr
-                assert str(writer.pid) in refused.stdout + refused.stderr
-        assert writer.poll() is None, (tmp_path / "writer.err").read_text()
-        os.kill(writer.pid, signal.SIGKILL)
-        writer.wait(timeout=30)
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-            writer.wait()
+                assert str(writer.proc.pid) in refused.stdout + refused.stderr
+        writer.assert_running("while it was inspected")
+        assert writer.kill9()
     report = parse(out_path.read_text())
     assert report.lines > 10
     with msgcask.open(store_path, max_file_size=65536, compaction_interval=None) as store:

@@ -20,6 +20,7 @@ from msgcask_records import (
 )
 
 import msgcask
+from draining import each_available
 
 SMALL_FILE = 64 * 1024  # the smallest max_file_size the store accepts
 Verify = Callable[[msgcask.Store], None]
@@ -269,11 +270,7 @@ def check_redeliveries(store: msgcask.Store, deliveries: dict[int, int]) -> None
     """Drain every queue: a message's delivery count continues from before the reopen."""
     for name in store.queues():
         q = store.queue(name)
-        while True:
-            try:
-                m = q.get(block=False)
-            except msgcask.Empty:
-                break
+        for m in each_available(q):
             before = deliveries.get(m.id, 0)
             assert (m.deliveries, m.redelivered) == (before + 1, before > 0), (
                 f"message {m.id} in {name!r}: deliveries {m.deliveries}, had {before}"

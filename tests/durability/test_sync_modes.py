@@ -13,9 +13,7 @@ msgcask is imported (see fsync_probe.py).
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +23,7 @@ from typing import Any
 import pytest
 
 import msgcask
+from child_process import child_process
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -32,23 +31,11 @@ from put_and_print import body_for  # noqa: E402
 
 
 def _kill_after_start(cmd: list[str], out_path: Path, delay: float) -> str:
-    err_path = out_path.with_suffix(".err")
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
-    try:
-        deadline = time.monotonic() + 60
-        while not out_path.read_bytes().startswith(b"R\n"):
-            assert proc.poll() is None, f"child died on start: {err_path.read_text()}"
-            assert time.monotonic() < deadline, "child did not start within 60 s"
-            time.sleep(0.01)
+    with child_process(cmd, out_path) as child:
+        child.wait_for(lambda out: out.startswith(b"R\n"), "its start")
         time.sleep(delay)
-        assert proc.poll() is None, f"child failed before the kill: {err_path.read_text()}"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        child.assert_running("before the kill")
+        assert child.kill9()
     return out_path.read_text()
 
 

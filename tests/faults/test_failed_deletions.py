@@ -18,6 +18,7 @@ import pytest
 from faulty_fs import FaultyFileSystem
 
 import msgcask
+from draining import each_available
 from msgcask.store.filenames import data_file_name
 from msgcask.store.fs import FileSystem
 
@@ -79,11 +80,8 @@ def test_no_file_is_deleted_while_a_retired_one_is_still_on_disk(store_path: Pat
     # More traffic seals the file with those ACKs, and consumes everything else.
     for _ in range(300):
         q.put(b"p" * 500)
-    while True:
-        try:
-            q.ack(q.get(block=False))
-        except msgcask.Empty:
-            break
+    for m in each_available(q):
+        q.ack(m)
     on_disk = sorted(store_path.glob("*.log"))
     with pytest.raises(msgcask.Error, match="deleting data files"):
         store.compact()
