@@ -314,7 +314,8 @@ def _check_counted_acks(
     for msg_id, ack_files in scan.acks.items():
         if store._catalog.lookup(msg_id) is not None:
             continue
-        for put_file, *_ in scan.puts.get(msg_id, []):
+        # Copies of one message in one file (each PUT record) count as one.
+        for put_file in {put[0] for put in scan.puts.get(msg_id, [])}:
             account = accounts.get(put_file)
             if account is None or not account.in_id_range(msg_id):
                 continue

@@ -154,10 +154,17 @@ class Catalog:
     ) -> None:
         """Record several PUT records of ``file_id`` at once: (msg_id, queue_id,
         priority, offset, size, deliveries) each, one C call per table. Without
-        ``fresh`` (replay), ids already known are left alone, as in ``add``."""
+        ``fresh`` (replay), ids already known are left alone, as in ``add``, and so
+        is every PUT record of an id after its first one in ``items``."""
         txn = self.env.txn
         if not fresh:
-            items = [i for i in items if txn.get(keys.msg_key(i[0]), db=self.env.msgs) is None]
+            seen: set[int] = set()
+            kept = []
+            for i in items:
+                if i[0] not in seen and txn.get(keys.msg_key(i[0]), db=self.env.msgs) is None:
+                    kept.append(i)
+                seen.add(i[0])
+            items = kept
         live = [
             (keys.msg_key(m), keys.pack_live(Live(STATE_LIVE, q, p, file_id, o, n, d, 0)))
             for m, q, p, o, n, d in items
