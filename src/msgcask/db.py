@@ -1090,6 +1090,11 @@ class Store:
     def _remove_messages(self, rt: _QueueRuntime, *, include_delivered: bool) -> int:
         """Ack every message of ``rt`` (optionally sparing delivered ones)."""
         removed = 0
+        # Each append fits in a data file after its header, like any record or batch.
+        ack_size = fmt.RECORD_HEADER_SIZE + fmt.ACK_PAYLOAD.size
+        per_append = min(
+            _PURGE_CHUNK, (self.options.max_file_size - fmt.FILE_HEADER_SIZE) // ack_size
+        )
         while True:
             chunk = []
             for key in self._catalog.queue_order(rt.qid):
@@ -1097,7 +1102,7 @@ class Store:
                 if msg_id in self._inflight and not include_delivered:
                     continue
                 chunk.append(msg_id)
-                if len(chunk) >= _PURGE_CHUNK:
+                if len(chunk) >= per_append:
                     break
             if not chunk:
                 return removed
@@ -1106,7 +1111,7 @@ class Store:
                 self._catalog.ack(msg_id, file_id)
                 self._inflight.pop(msg_id, None)
             removed += len(chunk)
-            if not include_delivered and len(chunk) < _PURGE_CHUNK:
+            if not include_delivered and len(chunk) < per_append:
                 return removed
 
     # -- queue operations (called by Queue) ------------------------------------------

@@ -464,6 +464,23 @@ class TestPurgeDelete:
         with msgcask.open(store_path) as store:
             assert [m.id for m in store.queue("q").browse()] == [keep]
 
+    @pytest.mark.parametrize("remove", ["purge", "delete_queue"])
+    def test_purge_of_more_acks_than_a_file_holds_keeps_files_in_size(
+        self, store_path: Path, remove: str
+    ) -> None:
+        # 5,000 ACK records are 105,000 bytes: more than one 64 KiB data file holds.
+        size = 65536
+        with msgcask.open(store_path, max_file_size=size, compaction_interval=None) as store:
+            q = store.queue("q")
+            for _ in range(50):
+                q.put_many([b""] * 100)
+            removed = q.purge() if remove == "purge" else store.delete_queue("q")
+            assert removed == 5000
+        assert all(p.stat().st_size <= size for p in store_path.glob("*.log"))
+        with msgcask.open(store_path, max_file_size=size) as store:
+            assert store.stats().live_messages == 0
+            assert store.verify() == []
+
     def test_delete_queue_removes_it_and_its_messages(self, store_path: Path) -> None:
         with msgcask.open(store_path) as store:
             store.queue("b").put(b"x")
