@@ -44,6 +44,9 @@ class FileScan:
     # Why its records do not count, as recovery would leave the file out (a
     # compaction made it redundant: store/manifest_rule.py), or "".
     redundant: str = ""
+    # A compacted file whose first record is not an intact MANIFEST: recovery keeps
+    # it and every file it may have replaced, and reports it (action "kept").
+    manifest_damaged: bool = False
 
 
 @dataclass
@@ -76,6 +79,11 @@ class ScanReport:
             if f.header_error:  # its message names the file already
                 out.append(f.header_error)
             out += [f"{f.path}: {_describe(d)}" for d in f.damage if d is not skip]
+            if f.manifest_damaged:
+                out.append(
+                    f"{f.path}: compacted file without an intact MANIFEST"
+                    " (kept; its victims are kept too)"
+                )
         return out
 
     @property
@@ -138,6 +146,7 @@ def scan_files(path: str, fs: FileSystem | None = None, only: set[int] | None = 
             manifests[file_id] = parse_manifest(
                 buf[fmt.FILE_HEADER_SIZE : fmt.FILE_HEADER_SIZE + MAX_MANIFEST_BYTES]
             )
+            scan.manifest_damaged = manifests[file_id] is None
         head = header.kind == fmt.KIND_JOURNAL and not head_found
         head_found = head_found or head
         for item in codec.scan(buf, fmt.FILE_HEADER_SIZE, head=head):

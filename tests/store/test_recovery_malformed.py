@@ -99,3 +99,21 @@ def test_check_reports_a_data_file_whose_header_names_another(store_path: Path) 
     assert any("header names file 4" in p for p in problems), problems
     with pytest.raises(msgcask.CorruptionError, match="header names file 4"):
         msgcask.open(store_path, compaction_interval=None)
+
+
+def test_check_reports_a_compacted_file_whose_first_record_is_not_its_manifest(
+    store_path: Path,
+) -> None:
+    # Intact records, but no MANIFEST first: recovery keeps the file and reports
+    # it (action "kept"); `msgcask check` must not call such a store healthy.
+    store_path.mkdir()
+    put = codec.encode_put(1, b"q", 4, 0, b"", b"ok")
+    compacted = codec.encode_file_header(fmt.KIND_COMPACTED, 1, 1) + put
+    compacted += codec.encode_manifest([7])
+    (store_path / "0000000001.log").write_bytes(compacted)
+    (store_path / "0000000002.log").write_bytes(codec.encode_file_header(fmt.KIND_JOURNAL, 2, 2))
+    problems = scan_files(str(store_path)).problems
+    assert [p for p in problems if "without an intact MANIFEST" in p], problems
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        [report] = store.recovery.corruptions
+        assert (report.file_id, report.action) == (1, "kept")
