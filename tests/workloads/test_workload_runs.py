@@ -253,3 +253,25 @@ def test_selector_skip_batched_puts_still_mark_the_skipped_messages(tmp_path: Pa
             subject.close()
     assert left[1] == list(range(99, 1000, 100))
     assert left[10] == left[1]
+
+
+@pytest.mark.timeout(60)
+def test_selector_skip_with_a_huge_count_starts_at_once_and_stops_at_the_time_limit(
+    run_tiny: Run,
+) -> None:
+    # The skipped messages used to be counted by walking every index before the run
+    # began, where the time limit cannot stop it: hours for a count like this one.
+    doc, _ = run_tiny("selector-skip", messages=10**15, time_limit=0.5)
+    run = _only_msgcask(doc)
+    assert run["status"] == "incomplete"
+    assert run["counts"]["skipped"] == 10**15 // 500
+    assert 0 < run["counts"]["put"] < 10**15
+
+
+def test_selector_skip_counts_one_in_p_as_skipped(run_tiny: Run) -> None:
+    for n, period in ((1499, 500), (1000, 500), (7, 2)):
+        doc, _ = run_tiny("selector-skip", messages=n, pin_every=period)
+        run = _only_msgcask(doc)
+        expected = sum(1 for i in range(n) if i % period == period - 1)
+        assert run["counts"]["skipped"] == expected
+        assert run["counts"]["acked"] == n - expected
