@@ -156,6 +156,27 @@ def test_run_and_write_refuses_unusable_directories_before_running(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
+def test_a_directory_in_the_results_place_is_refused_before_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It used to fail the rename after the whole run: a traceback, and no result.
+    monkeypatch.setattr(runner, "run_workload", _must_not_run)
+    cfg = RunConfig(messages=10, progress=False, reopen=False)
+    for name in ("steady.json", "steady.json.tmp"):
+        out = tmp_path / name.replace(".", "-")
+        (out / name).mkdir(parents=True)
+        with pytest.raises(ValueError, match=r"a directory has that name"):
+            runner.run_and_write(cfg, str(out))
+        result = CliRunner().invoke(bench, ["steady", "-n", "10", "--out", str(out)])
+        assert result.exit_code == 2, result.output
+        assert "a directory has that name" in result.output
+    out = tmp_path / "demo"
+    (out / "demo-dlq-heavy.json").mkdir(parents=True)
+    result = CliRunner().invoke(demo, ["-n", "10", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "a directory has that name" in result.output
+
+
 def test_bench_exits_1_when_a_run_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def failing_put(*args: object, **kwargs: object) -> None:
         raise RuntimeError("the disk is on fire")

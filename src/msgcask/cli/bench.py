@@ -16,6 +16,7 @@ import click
 from msgcask.workloads.config import WORKLOAD_NAMES, RunConfig
 
 MiB = 2**20
+DEMO_STEM = "demo-dlq-heavy"  # the demo's result is <out>/demo-dlq-heavy.json
 
 
 def _quiet_scheduler_log() -> None:
@@ -56,7 +57,7 @@ class SizeType(click.ParamType):
 SIZE = SizeType()
 
 
-def _check_dirs(out_dir: str, workdir: str | None) -> None:
+def _check_dirs(out_dir: str, workdir: str | None, stem: str) -> None:
     """A usage error now for a --workdir or --out that cannot be used, not a
     traceback after the run (the work directory first: it creates nothing)."""
     from msgcask.workloads.runner import check_workdir, prepare_out_dir
@@ -66,7 +67,7 @@ def _check_dirs(out_dir: str, workdir: str | None) -> None:
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--workdir") from e
     try:
-        prepare_out_dir(out_dir)
+        prepare_out_dir(out_dir, stem)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--out") from e
 
@@ -286,7 +287,7 @@ def bench(
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from e
-    _check_dirs(out_dir, workdir)
+    _check_dirs(out_dir, workdir, workload)
     doc, path = run_and_write(
         cfg, out_dir, workdir=workdir, plots=not no_plots, echo=lambda m: click.echo(m, err=True)
     )
@@ -343,7 +344,7 @@ def demo(
     except ValueError as e:
         raise click.UsageError(str(e)) from e
     if out_dir is not None:
-        _check_dirs(out_dir, None)
+        _check_dirs(out_dir, None, DEMO_STEM)
     out = out_dir or tempfile.mkdtemp(prefix="msgcask-demo-")
     click.echo(
         f"msgcask demo: dlq-heavy, {messages} messages of {size} B, 1 in "
@@ -351,9 +352,7 @@ def demo(
         "compaction on, then off"
     )
     start = time.monotonic()
-    doc, path = run_and_write(
-        cfg, out, stem="demo-dlq-heavy", echo=lambda m: click.echo(m, err=True)
-    )
+    doc, path = run_and_write(cfg, out, stem=DEMO_STEM, echo=lambda m: click.echo(m, err=True))
     click.echo(summary(doc))
     runs = {r["compaction_on"]: r for r in doc["runs"] if r["subject"] == "msgcask"}
     on, off = runs.get(True), runs.get(False)

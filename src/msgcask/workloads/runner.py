@@ -235,10 +235,10 @@ def run_and_write(
     """
     from msgcask.workloads.result import write_json
 
-    check_workdir(workdir)
-    prepare_out_dir(out_dir)
-    doc = run_workload(cfg, workdir, echo)
     stem = stem or cfg.workload
+    check_workdir(workdir)
+    prepare_out_dir(out_dir, stem)
+    doc = run_workload(cfg, workdir, echo)
     path = os.path.join(out_dir, f"{stem}.json")
     # The result first: a plot that cannot be drawn must not lose the run.
     write_json(doc, path)
@@ -270,9 +270,10 @@ def check_workdir(workdir: str | None) -> None:
         ) from e
 
 
-def prepare_out_dir(out_dir: str) -> None:
+def prepare_out_dir(out_dir: str, stem: str | None = None) -> None:
     """Create ``out_dir`` if it is missing and check that files can be written
-    in it; ValueError if not. Checked before a run, not after it, when a bad
+    in it, and (given ``stem``) that ``<stem>.json`` can be written there;
+    ValueError if not. Checked before a run, not after it, when a bad
     directory would lose the whole run's result."""
     try:
         os.makedirs(out_dir, exist_ok=True)
@@ -283,3 +284,13 @@ def prepare_out_dir(out_dir: str) -> None:
             f"cannot write the result in {out_dir}: {e.strerror or e}. Give a directory "
             "that exists or can be created, and that this user can write in"
         ) from e
+    if stem is None:
+        return
+    # write_json writes <stem>.json.tmp, then renames it over <stem>.json.
+    for name in (f"{stem}.json", f"{stem}.json.tmp"):
+        target = os.path.join(out_dir, name)
+        if os.path.isdir(target):
+            raise ValueError(
+                f"cannot write the result as {target}: a directory has that name. Move it "
+                "away or give another --out"
+            )
