@@ -45,6 +45,16 @@ def test_windows_split_by_end_time_and_throughput_spans_the_ops() -> None:
     assert rec.throughput(GET_ACK) is None
 
 
+def test_windows_of_no_op_and_of_one_op_ending_at_the_start() -> None:
+    assert Recorder(t0=0.0).windows(0.5) == []
+    rec = Recorder(t0=5.0)
+    rec.log(GET_ACK).done(5.0, 5.0, 1, 10)  # ended at t = 0 (a coarse clock)
+    [window] = rec.windows(0.5)
+    assert window["t"] == 0.5
+    assert window["get_ack"] == {"count": 1, "p50": 0.0, "p99": 0.0, "max": 0.0}
+    assert window["put"]["count"] == 0
+
+
 def test_untimed_ops_count_for_throughput_only() -> None:
     rec = Recorder(t0=0.0)
     log = rec.log(GET_ACK)
