@@ -127,13 +127,25 @@ def test_a_subject_that_fails_to_open_fails_its_run_and_the_others_go_on(
     assert sqlite_run["status"] == "ok"
 
 
-@pytest.mark.parametrize("workload", ["steady", "dlq-heavy", "selector-skip", "deep-queue"])
-def test_the_progress_bar_ends_full(run_tiny: Run, workload: str) -> None:
+@pytest.mark.parametrize(
+    ("workload", "size_mix"),
+    [
+        ("steady", False),
+        ("dlq-heavy", False),
+        ("selector-skip", False),
+        ("deep-queue", False),
+        ("priority-pin", True),
+    ],
+)
+def test_the_progress_bar_ends_full(run_tiny: Run, workload: str, size_mix: bool) -> None:
     # Its total is the puts and acks the run will do: messages never acked
-    # (dead letters, skipped ones) are not counted in it.
-    doc, _ = run_tiny(workload, peers=[], compaction="off")
+    # (dead letters, skipped ones) are not counted in it; priority-pin's rounds
+    # are sized by the mean body size, the size mix's too.
+    sizes = {"size_mix": True, "max_file_size": 256 * 1024, "rounds": 3} if size_mix else {}
+    doc, _ = run_tiny(workload, peers=[], compaction="off", **sizes)
     run = _only_msgcask(doc)
-    cfg = RunConfig(workload=workload, **TINY)
+    assert run["status"] == "ok"
+    cfg = RunConfig(workload=workload, **{**TINY, **sizes})
     assert definitions.expected_operations(cfg) == run["counts"]["put"] + run["counts"]["acked"]
 
 

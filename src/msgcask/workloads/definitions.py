@@ -382,11 +382,18 @@ def run_selector_skip(ctx: Context) -> None:
     produce_and_consume(ctx, "main", 0, n, n - skipped, headers_for, selector)
 
 
+def high_per_round(cfg: RunConfig) -> int:
+    """High-priority messages per round of priority-pin: about one data file of them
+    (at the mean body size, the size mix's included)."""
+    mean = Payloads(cfg.size, cfg.size_mix, cfg.seed).mean_size
+    return max(1, int(cfg.max_file_size // (mean + RECORD_OVERHEAD)))
+
+
 def run_priority_pin(ctx: Context) -> None:
     """Per round: 1 low-priority message, then about one data file of high-priority ones;
     the consumer takes as many as there were high ones, so every low one stays."""
     cfg, subject = ctx.cfg, ctx.subject
-    per_round = max(1, int(cfg.max_file_size // (ctx.payloads.mean_size + RECORD_OVERHEAD)))
+    per_round = high_per_round(cfg)
     ctx.phases["priority_pin"] = {
         "high_per_round": per_round,
         "rounds": cfg.pin_rounds,
@@ -543,8 +550,7 @@ def expected_operations(cfg: RunConfig) -> int:
     if cfg.workload == "drain-history":
         return 4 * n + 2 * cfg.repeat * cfg.fill
     if cfg.workload == "priority-pin":
-        per_round = max(1, int(cfg.max_file_size // (cfg.size + RECORD_OVERHEAD)))
-        return cfg.pin_rounds * (2 * per_round + 1)
+        return cfg.pin_rounds * (2 * high_per_round(cfg) + 1)
     if cfg.workload in ("dlq-heavy", "selector-skip"):
         return 2 * n - n // cfg.pin_period  # one in P is never acked
     return 2 * n
