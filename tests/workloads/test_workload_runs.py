@@ -175,6 +175,22 @@ def test_drain_history_compares_fresh_and_after(run_tiny: Run) -> None:
         assert drain["data_files_settled"] <= 3, drain
 
 
+def test_drain_history_summary_gives_a_peers_disk_after_each_drain(run_tiny: Run) -> None:
+    from msgcask.workloads.report import summary
+
+    doc, _ = run_tiny("drain-history", peers=["sqlite3"], repeat=1, compaction="off")
+    lines = {
+        line.split(":")[0]: line for line in summary(doc).splitlines() if "after/fresh" in line
+    }
+    assert "data files after each drain: " in lines["msgcask[compaction off]"]
+    peer = lines["sqlite3"]
+    assert "None" not in peer  # it has no data files to count
+    [drain] = next(r for r in doc["runs"] if r["subject"] == "sqlite3")["phases"]["drain_history"][
+        "drains"
+    ]
+    assert peer.endswith(f"disk after each drain: {drain['disk_bytes'] / 2**20:.1f} MiB")
+
+
 def test_deep_queue_reports_latency_per_tenth_of_depth(run_tiny: Run) -> None:
     doc, _ = run_tiny("deep-queue", peers=[])
     deciles = _only_msgcask(doc)["phases"]["deep_queue"]["deciles"]

@@ -144,15 +144,20 @@ def _phase_lines(run: dict[str, Any]) -> list[str]:
     ph, label, out = run["phases"], run["label"], []
     if "drain_history" in ph:
         d = ph["drain_history"]
-        files = ", ".join(
-            str(x["data_files"])
-            + (f" ({x['data_files_settled']} settled)" if "data_files_settled" in x else "")
-            for x in d["drains"]
-        )
+        if any(x["data_files"] is not None for x in d["drains"]):
+            after_drains = "data files after each drain: " + ", ".join(
+                str(x["data_files"])
+                + (f" ({x['data_files_settled']} settled)" if "data_files_settled" in x else "")
+                for x in d["drains"]
+            )
+        else:  # a peer: no data files to count, its disk instead
+            after_drains = "disk after each drain: " + ", ".join(
+                f"{fmt(x['disk_bytes'], '.1f', 1 / MiB)} MiB" for x in d["drains"]
+            )
         out.append(
             f"{label}: after/fresh put/s {fmt(d['put_throughput_ratio'], '.2f')}, "
             f"get+ack/s {fmt(d['get_ack_throughput_ratio'], '.2f')}, put p99 "
-            f"{fmt(d['put_p99_ratio'], '.2f')}; data files after each drain: {files}"
+            f"{fmt(d['put_p99_ratio'], '.2f')}; {after_drains}"
         )
     if "priority_pin" in ph:
         d = ph["priority_pin"]
