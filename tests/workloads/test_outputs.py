@@ -124,6 +124,7 @@ def test_bench_one_cpu_runs_every_thread_on_one_cpu(tmp_path: Path) -> None:
         (["--rounds", "-3"], "rounds must be at least 1"),
         (["--rounds", "0"], "rounds must be at least 1"),
         (["--crash-messages", "-1"], "crash_messages must be at least 0"),
+        (["-n", "2000", "--batch", "1000"], "does not fit in a data file of 1048576 bytes"),
     ],
 )
 def test_bench_rejects_bad_values_before_running(

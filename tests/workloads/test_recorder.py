@@ -94,6 +94,23 @@ def test_config_refuses_numbers_out_of_range(name: str, value: float, says: str)
         RunConfig(workload="priority-pin", **{name: value})
 
 
+def test_config_refuses_a_batch_that_cannot_fit_in_a_data_file() -> None:
+    # msgcask writes a batch as one record: 1,000 bodies of 1 KiB never fit in 1 MiB.
+    with pytest.raises(ValueError, match=r"a batch of 1000 bodies of 1024 bytes .* lower --batch"):
+        RunConfig(batch=1000, messages=2000)
+    with pytest.raises(ValueError, match=r"a batch of 2000 bodies of 512 bytes"):
+        RunConfig(workload="deep-queue", batch=2000, size_mix=True)  # even the smallest
+    # What can fit is taken: a batch just under the limit, one larger than any call
+    # of the run, the size mix's usual batch, and one per producer's share.
+    for kw in (
+        {"batch": 960},
+        {"batch": 1000, "messages": 500},
+        {"batch": 100, "size_mix": True},
+        {"batch": 1000, "messages": 1800, "producers": 2},
+    ):
+        RunConfig(**kw)
+
+
 def test_config_takes_the_bounds_themselves() -> None:
     cfg = RunConfig(interval=0.01, time_limit=1e9, rounds=1, crash_messages=0)
     assert cfg.pin_rounds == 1

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msgcask.options import Options
-from msgcask.store.format import MAX_DELIVERIES_COUNTED
+from msgcask.store import codec
+from msgcask.store.format import FILE_HEADER_SIZE, MAX_DELIVERIES_COUNTED
 from msgcask.workloads.payload import SIZE_MIX
 
 WORKLOAD_NAMES = (
@@ -22,6 +23,9 @@ WORKLOAD_NAMES = (
 )
 
 SYNC_MODES = ("always", "periodic", "never")
+
+# The queue msgcask's runs put to (its name is part of every record).
+BENCH_QUEUE = "bench"
 
 MiB = 2**20
 # Bytes of a data file kept for what a message adds to its body: the file and
@@ -90,6 +94,7 @@ class RunConfig:
                 f"bytes with their record's header and headers ({RECORD_ROOM} bytes kept for "
                 "them): lower the size or raise max_file_size"
             )
+        self._check_batch_fits()
         for name in (
             "messages",
             "batch",
@@ -127,6 +132,31 @@ class RunConfig:
             compaction_interval=self.compaction_interval,
             max_store_size=self.store_size_limit,
         )
+
+    def _check_batch_fits(self) -> None:
+        """msgcask writes a batch as one record, which must fit in a data file: refuse a
+        --batch that cannot fit even with the smallest bodies, before the run rather
+        than in msgcask's first put (the peers' runs then follow a failed one)."""
+        if self.batch <= 1 or self.producers < 1:
+            return  # (producers < 1 is refused below)
+        # The most messages one put call of the run takes: a producer's share of the
+        # largest phase (priority-pin's rounds are sized at run time: left out).
+        count = {
+            "deep-queue": self.depth,
+            "drain-history": max(self.messages, self.fill),
+            "priority-pin": 1,
+        }.get(self.workload, self.messages)
+        per_call = min(self.batch, -(-count // self.producers))
+        smallest = min(s for s, _ in SIZE_MIX) if self.size_mix else self.size
+        record = codec.BATCH_RECORD_SIZE + per_call * codec.put_record_size(
+            BENCH_QUEUE.encode(), b"", smallest
+        )
+        if record > self.max_file_size - FILE_HEADER_SIZE:
+            raise ValueError(
+                f"a batch of {per_call} bodies of {smallest} bytes is one msgcask record of "
+                f"{record} bytes, which does not fit in a data file of {self.max_file_size} "
+                "bytes: lower --batch or raise --max-file-size"
+            )
 
     def _check_seconds(self) -> None:
         # NaN passes every comparison and infinity reaches the JSON (neither is valid

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from msgcask.workloads.config import BENCH_QUEUE
 from msgcask.workloads.subjects.base import (
     ACK,
     DEAD_LETTER,
@@ -16,7 +17,7 @@ from msgcask.workloads.subjects.base import (
     Subject,
 )
 
-QUEUE = "bench"
+QUEUE = BENCH_QUEUE
 
 STAT_FIELDS = (
     "disk_bytes",
