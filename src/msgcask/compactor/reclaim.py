@@ -123,18 +123,19 @@ def release(store: Store, file_id: int, pairs: list[tuple[int, int]]) -> None:
         store._catalog.release_counted(file_id)
 
 
-def finish_deletions(store: Store) -> None:
+def finish_deletions(store: Store) -> tuple[int, int]:
     """Delete the retired files a failed deletion left on disk, before any other
-    file goes. Their consumed PUT records have released the ACKs that cancel
-    them; if the files holding those ACKs went first, a rebuild (which cannot
-    know these files were retired) would bring the messages back. Raises Error
-    if they still cannot be deleted, or if the store refuses writes (then a
-    retirement may not have been committed)."""
+    file goes; return (files, bytes) freed. Their consumed PUT records have
+    released the ACKs that cancel them; if the files holding those ACKs went
+    first, a rebuild (which cannot know these files were retired) would bring
+    the messages back. Raises Error if they still cannot be deleted, or if the
+    store refuses writes (then a retirement may not have been committed)."""
     store._check_writable()
     with store._lock:
         left = [f for f, account in store._acct.files.items() if account.retired]
-    if left:
-        delete_retired(store, left)
+    if not left:
+        return 0, 0
+    return len(left), delete_retired(store, left)
 
 
 def delete_retired(store: Store, file_ids: list[int]) -> int:

@@ -65,6 +65,8 @@ class RewriteResult:
     bytes_copied: int
     bytes_reclaimed: int
     skipped: tuple[int, ...] = ()  # victims with damaged records, left alone
+    # Victims whose records all died since the plan: deleted whole, nothing copied.
+    files_deleted: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +167,7 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
         return RewriteResult(0, 0, 0, tuple(skipped))
     if not copies:  # everything died since the plan: plain deletion will do
         files, freed = reclaim(store, victims)
-        return RewriteResult(files, 0, freed, tuple(skipped))
+        return RewriteResult(0, 0, freed, tuple(skipped), files_deleted=files)
 
     out_id, id_floor, out, offsets = _write_output(store, victims, copies)
 

@@ -278,22 +278,26 @@ class Compactor:
         store = self._store
         threshold = store.options.compaction_threshold if threshold is None else threshold
         started = time.monotonic()
-        finish_deletions(store)
+        deleted, freed = finish_deletions(store)
         self._seal_sparse_head(threshold, idle)
         limit, hard = self._budget(budget)
-        deleted, freed = self._reclaim_all(threshold, limit)
+        files, freed_now = self._reclaim_all(threshold, limit)
+        deleted, freed = deleted + files, freed + freed_now
         limit, hard = self._budget(budget)  # deletions made room
         plan = self._plan(threshold, limit, hard=hard, read_files=read_files, defer=defer)
         rewritten = copied = 0
         if plan.rewrite:
             # Files drained while the victims are read go at once, not after the
             # pass (under a fast drain, a pass that takes a second would
-            # otherwise leave a second's worth of drained files on disk).
+            # otherwise leave a second's worth of drained files on disk). They
+            # are this pass's deletions: its report counts them.
             victims = set(plan.rewrite)
-            result = rewrite(store, plan.rewrite, lambda: self._reclaim_emptied(victims))
+            drained = [0, 0]  # files, bytes
+            result = rewrite(store, plan.rewrite, lambda: self._reclaim_emptied(victims, drained))
             self._damaged.update(result.skipped)
             rewritten, copied = result.files_rewritten, result.bytes_copied
-            freed += result.bytes_reclaimed
+            deleted += result.files_deleted + drained[0]
+            freed += result.bytes_reclaimed + drained[1]
         more_deleted, more_freed = self._reclaim_all(threshold, limit)
         if idle:
             self._give_back_head_space()
@@ -314,27 +318,34 @@ class Compactor:
         that pass deletes them. Returns the number of files deleted."""
         if not self._mutex.acquire(blocking=False):
             return 0
+        done = [0, 0]  # files, bytes
         try:
-            deleted = self._reclaim_emptied(set())
+            self._reclaim_emptied(set(), done)
         except (ClosedError, IndexFailedError):
             raise  # the caller stops background work
         except Error as e:
             self._deletion_failures.failed(e)  # the files stay retired; retried later
             return 0
+        else:
+            self._deletion_failures.succeeded()
+            return done[0]
         finally:
+            if done[0]:  # also those deleted before a failure
+                deletion = CompactionReport(files_deleted=done[0], bytes_reclaimed=done[1])
+                self.totals = self.totals.plus(deletion)
             self._mutex.release()
-        self._deletion_failures.succeeded()
-        return deleted
 
-    def _reclaim_emptied(self, keep: set[int]) -> int:
+    def _reclaim_emptied(self, keep: set[int], done: list[int]) -> None:
         """``reclaim_emptied`` with the mutex held, leaving ``keep`` (a running
-        rewrite's victims, whose classification must stay theirs) alone."""
+        rewrite's victims, whose classification must stay theirs) alone. Adds
+        the files it deletes and their bytes to ``done`` as it goes."""
         store = self._store
         try:
-            finish_deletions(store)
+            files, freed = finish_deletions(store)
         except Error:
-            return 0  # raised by the next pass, which says why
-        deleted = 0
+            return  # raised by the next pass, which says why
+        done[0] += files
+        done[1] += freed
         for _ in range(_MAX_RECLAIM_ROUNDS):
             with store._lock:
                 head = store._journal.head_id
@@ -354,10 +365,8 @@ class Compactor:
             if not ready:
                 break
             files, freed = reclaim(store, sorted(ready))
-            deleted += files
-            deletion = CompactionReport(files_deleted=files, bytes_reclaimed=freed)
-            self.totals = self.totals.plus(deletion)
-        return deleted
+            done[0] += files
+            done[1] += freed
 
     def due(self) -> bool:
         """Whether a pass should start before the next interval: the files a

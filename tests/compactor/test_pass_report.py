@@ -1,0 +1,145 @@
+"""A pass's report counts every file the pass deleted, in the right column.
+
+``files_deleted`` counts files deleted whole without copying, ``files_rewritten``
+files copied out and deleted, and ``bytes_reclaimed`` is what the data files
+shrank by. That holds for files drained while the pass reads its victims, for
+victims whose records all died between the plan and the rewrite, and for
+retired files an earlier pass failed to delete.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+import msgcask
+from disk_files import written_size
+from msgcask.compactor import needed
+from msgcask.store.filenames import data_file_name
+from msgcask.store.fs import FileSystem
+
+MAX_FILE_SIZE = 64 * 1024
+BODY = b"d" * 1000
+QUIET = {"max_file_size": MAX_FILE_SIZE, "compaction_interval": None, "sync_interval": 3600}
+
+
+def _on_disk(path: Path) -> dict[int, int]:
+    """Data file id -> bytes up to its last record (the head's preallocated
+    tail is not data)."""
+    return {int(p.name[:10]): written_size(p) for p in path.glob("*.log")}
+
+
+def _check_report(
+    before: dict[int, int], after: dict[int, int], report: msgcask.CompactionReport
+) -> None:
+    """Every file gone is counted once, and bytes_reclaimed is what the files
+    gone took less the files made (the head also grows by what the test wrote
+    meanwhile)."""
+    gone, made = before.keys() - after.keys(), after.keys() - before.keys()
+    assert report.files_deleted + report.files_rewritten == len(gone)
+    assert report.bytes_reclaimed == sum(before[f] for f in gone) - sum(after[f] for f in made)
+
+
+def test_a_file_drained_during_the_rewrite_counts_as_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s"
+    with msgcask.open(path, **QUIET) as store:
+        full = store.queue("full")
+        for _ in range(64):  # file 1: live, never a victim
+            full.put(BODY)
+        live, work = store.queue("live"), store.queue("work")
+        for i in range(4 * 60):  # sparse files after it: the victims
+            if i % 20 == 0:
+                live.put(BODY)
+            else:
+                work.put(BODY)
+                work.ack(work.get(block=False))
+        (drained,) = [f.file_id for f in store.stats().files if f.live_messages >= 55]
+        real = needed.find_by_id
+
+        def first_victim_read(s: msgcask.Store, file_id: int) -> object:
+            while len(full):  # the consumer empties file 1 meanwhile
+                full.ack(full.get(block=False))
+            return real(s, file_id)
+
+        monkeypatch.setattr(needed, "find_by_id", first_victim_read)
+        before = _on_disk(path)
+        report = store.compact(threshold=0.5)
+        after = _on_disk(path)
+        assert drained in before and drained not in after
+        assert report.files_rewritten >= 2
+        assert report.files_deleted == 1  # the drained file
+        _check_report(before, after, report)
+        assert store.stats().compaction.files_deleted == 1
+        assert store.verify() == []
+
+
+def test_victims_that_died_before_their_rewrite_count_as_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s"
+    with msgcask.open(path, **QUIET) as store:
+        q = store.queue("q")
+        for _ in range(130):  # files 1 and 2 full, 3 the head
+            q.put(BODY)
+        held = [q.get(block=False) for _ in range(130)]
+        for m in held[:120]:  # files 1 and 2 sparse: each keeps a few live messages
+            if m.id % 12:
+                q.ack(m)
+        rest = [m for m in held[:120] if not m.id % 12] + held[120:]
+        real = needed.find_by_id
+
+        def all_consumed_meanwhile(s: msgcask.Store, file_id: int) -> object:
+            while rest:
+                q.ack(rest.pop())
+            return real(s, file_id)
+
+        monkeypatch.setattr(needed, "find_by_id", all_consumed_meanwhile)
+        before = _on_disk(path)
+        report = store.compact(threshold=0.5)
+        after = _on_disk(path)
+        assert report.bytes_copied == 0
+        assert report.files_rewritten == 0  # nothing was copied out of them
+        assert report.files_deleted >= 2
+        _check_report(before, after, report)
+        assert store.verify() == []
+
+
+class StuckFiles(FileSystem):
+    """Unlinking a path in ``stuck`` fails with EACCES."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stuck: set[str] = set()
+
+    def unlink(self, path: str) -> None:
+        if path in self.stuck:
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES), path)
+        super().unlink(path)
+
+
+def test_a_retired_file_deleted_at_last_counts_as_deleted(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    fs = StuckFiles()
+    store = msgcask.Store(path, _fs=fs, **QUIET)  # type: ignore[arg-type]
+    with store:
+        q = store.queue("q")
+        for _ in range(300):  # files 1 and 2 sealed, 3 the head
+            q.put(b"p" * 500)
+        for _ in range(len(store.why_kept(1).live_messages)):
+            q.ack(q.get(block=False))
+        fs.stuck.add(str(path / data_file_name(1)))
+        with pytest.raises(msgcask.Error, match="deleting data files"):
+            store.compact()
+        assert store.stats().files[0].retired
+        fs.stuck.clear()
+        before = _on_disk(path)
+        report = store.compact()
+        after = _on_disk(path)
+        assert 1 in before and 1 not in after
+        assert report.files_deleted == 1
+        _check_report(before, after, report)
