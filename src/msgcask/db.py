@@ -186,6 +186,11 @@ class _PendingPut:
     msg_id: int = 0  # reserved by a transaction; 0 = assign when written
 
 
+class _CopyUnderWay(Exception):
+    """A put would fit under max_store_size but for the copy a compaction pass
+    is writing: it waits for the pass, then tries again."""
+
+
 def _check_default_dead_letter_name(name: str) -> None:
     """The default dead-letter queue, DLQ.<name>, must itself be a valid name,
     or dead letters would land in a queue no call can open."""
@@ -412,6 +417,9 @@ class Store:
         self._bytes_put = 0
         # Sum of data-file sizes, kept up to date so space checks cost nothing.
         self._data_bytes = sum(a.size for a in self._acct.files.values() if not a.retired)
+        # Bytes of the compacted file a pass is writing, not yet in _data_bytes:
+        # counted as taken by the space checks of puts meanwhile.
+        self._copy_bytes = 0
         from msgcask.compactor.runner import Compactor
 
         self._compactor = Compactor(self)
@@ -936,7 +944,7 @@ class Store:
         limit = self.options.max_store_size
         if limit is None:
             return
-        if self._data_bytes + size + self.options.max_file_size > limit:
+        if self._data_bytes + self._copy_bytes + size + self.options.max_file_size > limit:
             self._check_open()  # closed (or disowned after a fork): do not wait for a pass
             self._compactor.make_room(size, limit)
 
@@ -944,18 +952,31 @@ class Store:
         """Whether ``size`` more bytes fit under ``max_store_size`` (with the
         header of a new data file they may need)."""
         limit = self.options.max_store_size
-        return limit is None or self._data_bytes + size + fmt.FILE_HEADER_SIZE <= limit
+        taken = self._data_bytes + self._copy_bytes
+        return limit is None or taken + size + fmt.FILE_HEADER_SIZE <= limit
 
     def _check_fits(self, size: int) -> None:
-        """Raise StoreFullError (changing nothing) if ``size`` bytes cannot fit."""
+        """Raise StoreFullError (changing nothing) if ``size`` bytes cannot fit;
+        _CopyUnderWay if they fit but for the copy a pass is writing (which frees
+        its victims once written: the caller lets go of the locks, waits for the
+        pass and tries again)."""
         if self._fits(size):
             return
         limit = self.options.max_store_size
+        if limit is not None and self._data_bytes + size + fmt.FILE_HEADER_SIZE <= limit:
+            raise _CopyUnderWay
+        limit = self.options.max_store_size
         live = sum(a.live_bytes for a in self._acct.files.values())
+        copying = (
+            f" (and a compaction pass is writing a copy of {self._copy_bytes} bytes, whose "
+            "victims are deleted after it)"
+            if self._copy_bytes
+            else ""
+        )
         raise StoreFullError(
             f"cannot store {size} more bytes: the data files take {self._data_bytes} bytes of "
-            f"max_store_size={limit}, of which {live} bytes are live messages and the rest "
-            "could not be reclaimed yet. Consume (ack) messages or raise max_store_size."
+            f"max_store_size={limit}{copying}, of which {live} bytes are live messages and the "
+            "rest could not be reclaimed yet. Consume (ack) messages or raise max_store_size."
         )
 
     # -- queues ----------------------------------------------------------------------
@@ -1117,6 +1138,20 @@ class Store:
     # -- queue operations (called by Queue) ------------------------------------------
 
     def _put(self, name: str, body: bytes, headers: dict[str, str] | None, priority: int) -> int:
+        while True:
+            try:
+                return self._put_once(name, body, headers, priority)
+            except _CopyUnderWay:
+                self._wait_for_pass()
+
+    def _wait_for_pass(self) -> None:
+        """Wait (without the store's locks) for the running compaction pass to end."""
+        with self._compactor.pass_lock():
+            pass
+
+    def _put_once(
+        self, name: str, body: bytes, headers: dict[str, str] | None, priority: int
+    ) -> int:
         self._pacer.calls += 1
         hbytes = codec.encode_headers(headers)
         size = codec.put_record_size(name.encode(), hbytes, len(body))
@@ -1227,6 +1262,16 @@ class Store:
         """Write puts and acks as one all-or-nothing batch; return the new ids.
         ``delivered``: the Messages among the acks (a transaction's), checked
         again here since each may have been delivered again after its ``ack``."""
+        delivered = list(delivered)  # looked at again if the batch is tried again
+        while True:
+            try:
+                return self._write_batch_once(puts, acks, delivered)
+            except _CopyUnderWay:
+                self._wait_for_pass()
+
+    def _write_batch_once(
+        self, puts: list[_PendingPut], acks: list[int], delivered: Iterable[Message]
+    ) -> list[int]:
         self._pacer.calls += 1
         encoded = [(p, codec.encode_headers(p.headers)) for p in puts]
         size = (

@@ -100,6 +100,8 @@ def rewrite(
     finally:
         with store._lock:
             store._acct.rewriting.difference_update(victims)
+            with store._append_lock:
+                store._copy_bytes = 0  # a copy not swapped in is gone
 
 
 def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) -> RewriteResult:
@@ -169,6 +171,20 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
         files, freed = reclaim(store, victims)
         return RewriteResult(0, 0, freed, tuple(skipped), files_deleted=files)
 
+    need = (
+        fmt.FILE_HEADER_SIZE
+        + len(codec.encode_manifest(victims))
+        + sum(len(copy.data) for copy in copies)
+    )
+    limit = store.options.max_store_size
+    with store._lock, store._append_lock:
+        # The room the plan measured may have been taken by puts since: a copy
+        # that no longer fits under the cap beside its victims is not written.
+        # Once it is started, puts count it as taken until the swap adds it.
+        if limit is not None and store._data_bytes + need > limit:
+            log.debug("msgcask: no room left under max_store_size for the copy of %s", victims)
+            return RewriteResult(0, 0, 0, tuple(skipped))
+        store._copy_bytes = need
     out_id, id_floor, out, offsets = _write_output(store, victims, copies)
 
     with store._lock:
@@ -202,6 +218,7 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
             )
             with store._append_lock:  # puts add to it under that lock alone
                 store._data_bytes += out.size
+                store._copy_bytes = 0
         catalog = store._catalog
         for start, end in pacer.spans(len(copies)):
             with store._lock:

@@ -1,0 +1,156 @@
+"""A pass's copy counts against ``max_store_size`` while it is being written.
+
+The copy is written before its victims are deleted, and its room was measured
+when the pass planned it. Puts that come meanwhile must see that room as taken:
+else two puts that each passed the space check before either was written could
+fill what the copy needs, and the data files would grow past the cap.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+import msgcask
+from msgcask.compactor import needed, rewrite
+
+MFS = 64 * 1024
+LIMIT = 8 * MFS
+BIG = b"B" * 60_000  # two of these fit beside the pass's copy only if the copy is not counted
+
+
+def _disk(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.glob("*.log"))
+
+
+def test_puts_during_a_pass_leave_room_for_its_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s"
+    with msgcask.open(
+        path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
+    ) as store:
+        a, b, c = store.queue("a"), store.queue("b"), store.queue("c")
+        for i in range(120):  # files 1 and 2: every other message consumed later
+            (a if i % 2 else b).put(b"m" * 1000)
+        for _ in range(250):  # files 3 to 6: live
+            c.put(b"c" * 1000)
+        for _ in range(60):
+            b.ack(b.get(block=False))
+        ready, go = threading.Event(), threading.Event()
+        on_disk_after_copy: list[int] = []
+        real_write = rewrite._write_output
+
+        def write_output(*args: object) -> object:
+            ready.set()
+            assert go.wait(30)
+            out = real_write(*args)  # type: ignore[arg-type]
+            on_disk_after_copy.append(_disk(path))
+            return out
+
+        monkeypatch.setattr(rewrite, "_write_output", write_output)
+        passed = threading.Barrier(2)
+        real_ensure = store._ensure_room
+
+        def ensure_room(size: int) -> None:
+            real_ensure(size)
+            passed.wait(30)  # both puts passed the check before either is written
+
+        monkeypatch.setattr(store, "_ensure_room", ensure_room)
+        results: list[object] = []
+
+        def put() -> None:
+            try:
+                results.append(store.queue("big").put(BIG))
+            except msgcask.StoreFullError as e:
+                results.append(e)
+
+        compacting = threading.Thread(target=store.compact, kwargs={"threshold": 0.6})
+        compacting.start()
+        assert ready.wait(30), "the pass did not get to its copy"
+        putting = [threading.Thread(target=put) for _ in range(2)]
+        for t in putting:
+            t.start()
+        for t in putting:
+            t.join(1)  # they may instead wait for the pass, to compact themselves
+        go.set()
+        compacting.join(30)
+        for t in putting:
+            t.join(30)
+        assert len(results) == 2
+        assert on_disk_after_copy and on_disk_after_copy[0] <= LIMIT
+        assert _disk(path) <= LIMIT
+        assert store.verify() == []
+
+
+def test_a_put_that_fits_once_the_running_pass_ends_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A put that passed its space check before a pass started writing its copy,
+    # and that fits once the pass has deleted its victims, is not refused.
+    path = tmp_path / "s"
+    with msgcask.open(
+        path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
+    ) as store:
+        a, b, c = store.queue("a"), store.queue("b"), store.queue("c")
+        for i in range(120):  # files 1 and 2: every other message consumed later
+            (a if i % 2 else b).put(b"m" * 1000)
+        for _ in range(250):  # files 3 to 6: live
+            c.put(b"c" * 1000)
+        for _ in range(60):
+            b.ack(b.get(block=False))
+        planned, first_put, copying, go = (threading.Event() for _ in range(4))
+        real_find = needed.find_any
+
+        def find_any(s: msgcask.Store, file_id: int) -> object:
+            planned.set()  # the pass measured its room before the first put
+            assert first_put.wait(30)
+            return real_find(s, file_id)
+
+        real_write = rewrite._write_output
+
+        def write_output(*args: object) -> object:
+            copying.set()
+            assert go.wait(30)
+            return real_write(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(needed, "find_any", find_any)
+        monkeypatch.setattr(rewrite, "_write_output", write_output)
+        compacting = threading.Thread(target=store.compact, kwargs={"threshold": 0.6})
+        compacting.start()
+        assert planned.wait(30)
+        big = store.queue("big")
+        checked = threading.Event()
+        real_ensure = store._ensure_room
+
+        def ensure_room(size: int) -> None:
+            real_ensure(size)
+            checked.set()
+            assert copying.wait(30)  # the copy started after this check
+
+        monkeypatch.setattr(store, "_ensure_room", ensure_room)
+        results: list[object] = []
+
+        def put() -> None:
+            try:
+                results.append(big.put(b"B" * 55_000))
+            except msgcask.StoreFullError as e:
+                results.append(e)
+
+        second = threading.Thread(target=put)
+        second.start()
+        assert checked.wait(30)
+        monkeypatch.setattr(store, "_ensure_room", real_ensure)
+        big.put(b"B" * 55_000)  # the first put
+        first_put.set()
+        assert copying.wait(30)
+        second.join(0.5)  # it waits for the pass
+        go.set()
+        compacting.join(30)
+        second.join(30)
+        assert len(results) == 1 and isinstance(results[0], int), results
+        assert _disk(path) <= LIMIT
+        assert len(big) == 2
+        assert store.verify() == []
