@@ -342,3 +342,19 @@ def test_the_jobs_refuse_a_path_that_is_no_store(spark: Any, tmp_path: Path) -> 
     pinned_store(tmp_path, lambda n: 20)
     with pytest.raises(ValueError, match="partition_bytes is a number of bytes > 0"):
         audit(spark, str(tmp_path), partition_bytes=0)
+
+
+def test_the_jobs_take_a_pathlib_path_and_refuse_what_is_no_path(
+    spark: Any, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    pinned_store(store, lambda n: 300)
+    _, dlq = index_view(store)
+    assert audit(spark, store).totals == audit(spark, str(store)).totals
+    assert dead_letters(spark, store).count() == len(dlq)
+    assert export_dead_letters(spark, store, tmp_path / "dead") == len(dlq)
+    assert spark.read.parquet(str(tmp_path / "dead")).count() == len(dlq)
+    with pytest.raises(TypeError, match="the store is a path"):
+        audit(spark, 5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="the output is a path"):
+        export_dead_letters(spark, store, None)  # type: ignore[arg-type]

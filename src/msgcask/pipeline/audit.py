@@ -16,6 +16,7 @@ on one machine and checks the index from outside:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,7 +55,9 @@ class Audit:
         self.rows.unpersist()
 
 
-def audit(spark: SparkSession, path: str, partition_bytes: int | None = None) -> Audit:
+def audit(
+    spark: SparkSession, path: str | os.PathLike[str], partition_bytes: int | None = None
+) -> Audit:
     """Audit the store at ``path`` (read-only; safe beside a process using it).
     ``partition_bytes``: data-file bytes a task reads (the source's option)."""
     from pyspark.sql import Window

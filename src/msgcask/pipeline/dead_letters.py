@@ -9,8 +9,10 @@ queues named (a dead-letter queue that also receives messages by other means).
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
+from msgcask.pipeline.files import path_text
 from msgcask.pipeline.live import counted, live_puts, read_rows
 from msgcask.pipeline.outputs import check_spark_output
 
@@ -34,7 +36,7 @@ COLUMNS = (
 
 def dead_letters(
     spark: SparkSession,
-    path: str,
+    path: str | os.PathLike[str],
     queues: list[str] | None = None,
     partition_bytes: int | None = None,
 ) -> DataFrame:
@@ -66,8 +68,8 @@ def dead_letters(
 
 def export_dead_letters(
     spark: SparkSession,
-    path: str,
-    out: str,
+    path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
     fmt: str = "parquet",
     queues: list[str] | None = None,
     overwrite: bool = False,
@@ -76,6 +78,7 @@ def export_dead_letters(
     writes); return how many. JSON carries bodies as base64. ``out`` must not
     exist unless ``overwrite`` (which deletes it first), and may not be the
     store, be inside it or hold it."""
+    path, out = path_text(path, "the store"), path_text(out, "the output")
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
     check_spark_output(path, out, overwrite)

@@ -40,6 +40,18 @@ class DataFileInfo:
     head: bool = False
 
 
+def path_text(path: object, what: str) -> str:
+    """``path`` (a ``str`` or an ``os.PathLike`` such as ``pathlib.Path``) as the
+    ``str`` Spark takes; anything else is a TypeError naming ``what`` it is."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        raise TypeError(
+            f"{what} is a path (a str or a pathlib.Path), not {type(path).__name__}: {path!r}"
+        )
+    return path
+
+
 def list_data_files(directory: str) -> list[DataFileInfo]:
     """The data files of the store at ``directory``, oldest first (absolute
     paths: Spark's workers need not share the driver's working directory)."""

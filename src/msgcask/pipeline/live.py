@@ -3,6 +3,7 @@ the rule recovery applies when it rebuilds the index, in DataFrame form."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -10,14 +11,18 @@ if TYPE_CHECKING:
 
 
 def read_rows(
-    spark: SparkSession, path: str, payload: bool = False, partition_bytes: int | None = None
+    spark: SparkSession,
+    path: str | os.PathLike[str],
+    payload: bool = False,
+    partition_bytes: int | None = None,
 ) -> DataFrame:
     """The ``msgcask`` source's rows of the store at ``path`` (``partition_bytes``:
     the source's option of that name, its default if None). A path that is no
     store, or a bad ``partition_bytes``, raises here (``msgcask.Error``,
-    ``ValueError``) rather than from inside Spark's planner."""
-    from msgcask.pipeline.files import list_data_files
+    ``ValueError``, ``TypeError``) rather than from inside Spark's planner."""
+    from msgcask.pipeline.files import list_data_files, path_text
 
+    path = path_text(path, "the store")
     list_data_files(path)
     if partition_bytes is not None and (
         isinstance(partition_bytes, bool)
