@@ -358,3 +358,26 @@ def test_the_jobs_take_a_pathlib_path_and_refuse_what_is_no_path(
         audit(spark, 5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="the output is a path"):
         export_dead_letters(spark, store, None)  # type: ignore[arg-type]
+
+
+def test_the_sweep_refuses_a_bad_setting_before_spark_runs_it(spark: Any, tmp_path: Path) -> None:
+    from test_replay import record
+
+    from msgcask.pipeline.replay import Setting
+    from msgcask.pipeline.sweep import sweep
+
+    rec = str(tmp_path / "rec")
+    record(Path(rec), 50)
+    for bad, error in [
+        (Setting(float("nan"), SMALL), "compaction_threshold must be finite"),
+        (Setting(-0.5, SMALL), r"compaction_threshold must be in \(0, 1\]"),
+        (Setting(0.5, 2**40), "max_file_size must be 65536 to"),
+    ]:
+        with pytest.raises(ValueError, match=error):
+            sweep(spark, rec, [Setting(0.5, SMALL), bad])
+    with pytest.raises(TypeError, match="max_file_size is a whole number of bytes"):
+        sweep(spark, rec, [Setting(0.5, 65536.0)])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="the grid is a list of Setting"):
+        sweep(spark, rec, [(0.5, SMALL)])  # type: ignore[list-item]
+    rows = sweep(spark, rec, [Setting(1, SMALL)]).collect()  # type: ignore[arg-type]
+    assert [(r.compaction_threshold, r.max_file_size) for r in rows] == [(1.0, SMALL)]

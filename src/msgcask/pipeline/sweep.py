@@ -37,23 +37,44 @@ def settings(thresholds: list[float], file_sizes: list[int]) -> list[Setting]:
     for t in thresholds:
         check_threshold("compaction_threshold", t)
     for size in file_sizes:
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise TypeError(f"max_file_size is a whole number of bytes, not {size!r}")
-        if not MIN_FILE_SIZE <= size <= MAX_FILE_SIZE_LIMIT:
-            raise ValueError(
-                f"max_file_size must be {MIN_FILE_SIZE} to {MAX_FILE_SIZE_LIMIT} bytes, got {size}"
-            )
+        _check_file_size(size)
     return [
         Setting(float(t), int(s)) for t in sorted(set(thresholds)) for s in sorted(set(file_sizes))
     ]
 
 
-def check_recording(recording: str, grid: list[Setting]) -> None:
-    """Refuse, before any replay starts, a recording that is not a whole
-    journal (``msgcask.Error``) and a grid that is empty or has a file size too
-    small for a recorded message (``ValueError``)."""
+def _check_file_size(size: object) -> None:
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"max_file_size is a whole number of bytes, not {size!r}")
+    if not MIN_FILE_SIZE <= size <= MAX_FILE_SIZE_LIMIT:
+        raise ValueError(
+            f"max_file_size must be {MIN_FILE_SIZE} to {MAX_FILE_SIZE_LIMIT} bytes, got {size}"
+        )
+
+
+def check_grid(grid: list[Setting]) -> None:
+    """Each setting as ``settings`` and ``msgcask.open`` check it: a grid made
+    by hand is refused here, not by a replay in a Spark task."""
+    if not isinstance(grid, (list, tuple)):
+        raise TypeError(f"the grid is a list of Setting, not {type(grid).__name__}")
     if not grid:
         raise ValueError("a sweep needs at least one setting")
+    for s in grid:
+        if not isinstance(s, Setting):
+            raise TypeError(
+                f"the grid is a list of Setting (sweep.settings(thresholds, file_sizes) "
+                f"makes one), not of {type(s).__name__}: {s!r}"
+            )
+        check_threshold("compaction_threshold", s.compaction_threshold)
+        _check_file_size(s.max_file_size)
+
+
+def check_recording(recording: str, grid: list[Setting]) -> None:
+    """Refuse, before any replay starts, a recording that is not a whole
+    journal (``msgcask.Error``) and a grid that is empty, holds a setting
+    ``msgcask.open`` refuses (``check_grid``) or has a file size too small for a
+    recorded message (``ValueError``, ``TypeError``)."""
+    check_grid(grid)
     largest = largest_put(whole_journal(recording))
     too_small = [s.max_file_size for s in grid if largest + FILE_HEADER_SIZE > s.max_file_size]
     if too_small:
@@ -77,7 +98,7 @@ def sweep(
     check_pass_every(pass_every)
     check_recording(recording, grid)
     frame = spark.createDataFrame(
-        [(s.compaction_threshold, s.max_file_size) for s in grid],
+        [(float(s.compaction_threshold), s.max_file_size) for s in grid],
         "compaction_threshold DOUBLE, max_file_size BIGINT",
     )
 
