@@ -381,3 +381,24 @@ def test_the_sweep_refuses_a_bad_setting_before_spark_runs_it(spark: Any, tmp_pa
         sweep(spark, rec, [(0.5, SMALL)])  # type: ignore[list-item]
     rows = sweep(spark, rec, [Setting(1, SMALL)]).collect()  # type: ignore[arg-type]
     assert [(r.compaction_threshold, r.max_file_size) for r in rows] == [(1.0, SMALL)]
+
+
+def test_a_task_that_fails_is_one_line_on_the_terminal_too(tmp_path: Path) -> None:
+    """In a process of its own, stderr and all: the JVM's log is not the
+    CliRunner's output. An ACK of an id past BIGINT fails the reading task."""
+    import subprocess
+    import sys
+
+    pinned_store(tmp_path, lambda n: 20)
+    newest = max(p for p in tmp_path.iterdir() if p.suffix == ".log")
+    with open(newest, "ab") as f:
+        f.write(codec.encode_ack(2**64 - 1))
+    run = subprocess.run(
+        [sys.executable, "-m", "msgcask.cli.main", "pipeline", "audit", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 1
+    assert run.stderr.splitlines()[-1].startswith("Error: the Spark job failed in a worker: ")
+    assert "Traceback" not in run.stderr and "\tat org.apache" not in run.stderr, run.stderr
