@@ -162,6 +162,28 @@ def test_files_a_compaction_made_redundant_do_not_count(
     assert removed == {(f, info.kind) for f, info in files.items() if info.redundant}
 
 
+def test_a_file_a_compaction_deletes_while_it_is_listed_makes_the_listing_start_again(
+    tmp_path: Path, make_sparse: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory listed before a pass, its files opened after the pass swapped
+    them: the victims are gone and the listing lacks the compacted file that holds
+    their live messages. Skipping the victims would lose them."""
+    import msgcask.pipeline.files as files_module
+
+    store, before = tmp_path / "store", tmp_path / "before"
+    copy_id, victims = compacted_store(store, before, make_sparse)
+    listdir = files_module.os.listdir
+    listings = iter([listdir(before)])
+    monkeypatch.setattr(files_module.os, "listdir", lambda d: next(listings, None) or listdir(d))
+    files = {f.file_id for f in list_data_files(str(store))}
+    assert copy_id in files and not files & set(victims)
+    assert sorted(live_from_rows(all_rows(store))) == sorted(live_from_store(store))
+    # A pass every time: refused, saying what to do.
+    monkeypatch.setattr(files_module.os, "listdir", lambda d: listdir(before))
+    with pytest.raises(msgcask.Error, match=r"deleted while they were being listed.*pause"):
+        list_data_files(str(store))
+
+
 def test_redundant_files_judges_copies_oldest_first() -> None:
     manifests = {5: [1, 2], 6: [5, 3], 7: [4]}
     # 5's victims are both here: 5 is an unfinished copy. 6 replaced 5 and 3 (3 is

@@ -6,7 +6,8 @@ process that has the store open: data files are append-only. What such a
 process does meanwhile is not all seen: appends to a listed file are, files
 created after the listing are not. A listed file that a compaction pass
 deletes before it is read fails the read (``rows.file_rows``): its records
-moved to a file the snapshot does not have.
+moved to a file the snapshot does not have. One deleted between the listing
+and the opening of its header makes the snapshot be taken again.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from msgcask.store.filenames import parse_data_file_name
 from msgcask.store.manifest_rule import MAX_MANIFEST_BYTES, parse_manifest, redundant_files
 
 KIND_NAMES = {fmt.KIND_JOURNAL: "journal", fmt.KIND_COMPACTED: "compacted"}
+# Listings taken, at most, while each finds a file it names deleted before it
+# could be opened (by compaction passes of a process that has the store open).
+LISTING_ATTEMPTS = 10
 
 
 @dataclass(frozen=True)
@@ -58,29 +62,17 @@ def list_data_files(directory: str) -> list[DataFileInfo]:
     directory = os.path.abspath(directory)
     if not os.path.isdir(directory):
         raise Error(f"{directory} is not a directory: give the directory of a msgcask store")
-    found: dict[int, tuple[str, int, str]] = {}
-    for name in os.listdir(directory):
-        file_id = parse_data_file_name(name)
-        if file_id is None:
-            continue
-        path = os.path.join(directory, name)
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                head = f.read(fmt.FILE_HEADER_SIZE)
-        except FileNotFoundError:
-            continue  # deleted by the store's compaction since the listing
-        except OSError as e:  # a directory, a special file, an I/O error
-            raise Error(f"{path}: cannot be read as a data file ({e})") from e
-        try:
-            header = codec.decode_file_header(head, path)
-        except Error:
-            kind = "unreadable"
-        else:
-            # Recovery refuses such a file too: its records would count twice.
-            codec.check_file_id(header, file_id, path)
-            kind = KIND_NAMES[header.kind]
-        found[file_id] = (path, size, kind)
+    for _ in range(LISTING_ATTEMPTS):
+        found = _open_listed(directory)
+        if found is not None:
+            break
+    else:
+        raise Error(
+            f"{directory}: data files were deleted while they were being listed, "
+            f"{LISTING_ATTEMPTS} times over (a process that has the store open is compacting "
+            "it). Run it again, pause compaction meanwhile (store.pause_compaction()), or "
+            "read a copy of the store."
+        )
     if not found:
         raise Error(
             f"{directory} holds no msgcask data files: not a store. Give the directory "
@@ -93,6 +85,37 @@ def list_data_files(directory: str) -> list[DataFileInfo]:
         DataFileInfo(f, path, size, kind, redundant.get(f, ""), f == newest)
         for f, (path, size, kind) in sorted(found.items())
     ]
+
+
+def _open_listed(directory: str) -> dict[int, tuple[str, int, str]] | None:
+    """Each listed data file's path, size and kind; None if one of them was
+    deleted before it could be opened. A compaction pass deletes its victims
+    once their records are in a new file, which a listing taken before may not
+    hold: leaving the victim out would lose its records, so the caller lists again."""
+    found: dict[int, tuple[str, int, str]] = {}
+    for name in os.listdir(directory):
+        file_id = parse_data_file_name(name)
+        if file_id is None:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                head = f.read(fmt.FILE_HEADER_SIZE)
+        except FileNotFoundError:
+            return None
+        except OSError as e:  # a directory, a special file, an I/O error
+            raise Error(f"{path}: cannot be read as a data file ({e})") from e
+        try:
+            header = codec.decode_file_header(head, path)
+        except Error:
+            kind = "unreadable"
+        else:
+            # Recovery refuses such a file too: its records would count twice.
+            codec.check_file_id(header, file_id, path)
+            kind = KIND_NAMES[header.kind]
+        found[file_id] = (path, size, kind)
+    return found
 
 
 def _victims(path: str) -> list[int] | None:
