@@ -317,13 +317,20 @@ def test_a_job_that_fails_in_spark_ends_with_one_line(spark: Any, tmp_path: Path
     assert len(result.output.splitlines()) == 1, result.output
 
 
-def test_a_bad_master_is_a_clear_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("master", "cause"),
+    [
+        ("nonsense://nowhere", ""),
+        ("local[0]", "org.apache.spark.SparkException: Asked to run locally with 0 threads"),
+    ],
+)
+def test_a_bad_master_is_a_clear_error(tmp_path: Path, master: str, cause: str) -> None:
     """In a process of its own: a session already running would be reused."""
     import subprocess
     import sys
 
     pinned_store(tmp_path, lambda n: 20)
-    command = ["pipeline", "audit", str(tmp_path), "--master", "nonsense://nowhere"]
+    command = ["pipeline", "audit", str(tmp_path), "--master", master]
     run = subprocess.run(
         [sys.executable, "-m", "msgcask.cli.main", *command],
         capture_output=True,
@@ -331,7 +338,9 @@ def test_a_bad_master_is_a_clear_error(tmp_path: Path) -> None:
         timeout=300,
     )
     assert run.returncode == 1
-    assert "Error: cannot start Spark with --master 'nonsense://nowhere'" in run.stderr
+    said = run.stderr.split(f"Error: cannot start Spark with --master {master!r}: ", 1)
+    assert len(said) == 2, run.stderr
+    assert said[1].startswith(cause) and len(said[1].splitlines()) == 1, said[1]
 
 
 def test_the_jobs_refuse_a_path_that_is_no_store(spark: Any, tmp_path: Path) -> None:

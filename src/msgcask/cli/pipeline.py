@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from msgcask.errors import Error
-from msgcask.pipeline.failures import job_failure
+from msgcask.pipeline.failures import job_failure, spark_cause
 from msgcask.pipeline.files import list_data_files
 from msgcask.pipeline.outputs import check_report, check_spark_output
 from msgcask.pipeline.replay import DEFAULT_PASS_EVERY
@@ -38,7 +38,7 @@ def _spark(master: str):  # type: ignore[no-untyped-def]
     except Error:
         raise
     except Exception as e:  # PySpark's own: a bad master URL ends the JVM at once
-        raise Error(f"cannot start Spark with --master {master!r}: {e}") from e
+        raise Error(f"cannot start Spark with --master {master!r}: {spark_cause(e)}") from e
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

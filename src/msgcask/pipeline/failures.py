@@ -28,11 +28,17 @@ def job_failure(e: BaseException) -> Error | None:
         if name.startswith("msgcask.errors."):
             return Error(message or name.rsplit(".", 1)[-1])
         return Error(f"the Spark job failed in a worker: {raised}")
+    return Error(f"the Spark job failed: {spark_cause(e)}")
+
+
+def spark_cause(e: BaseException) -> str:
+    """The one line of ``e`` (PySpark's, Py4J's, or any) that says what went
+    wrong: the JVM's exception when it holds one, without the Java stack."""
+    lines = [line for line in str(e).splitlines() if line.strip()]
     # A Py4JJavaError's cause follows "An error occurred while calling ...", after ": ".
     stripped = [line.strip().removeprefix(": ") for line in lines]
     cause = next((line for line in stripped if _JAVA_EXCEPTION.match(line)), None)
-    first = stripped[0] if stripped else type(e).__name__
-    return Error(f"the Spark job failed: {cause or first}")
+    return cause or (stripped[0] if stripped else type(e).__name__)
 
 
 def _python_exception(lines: list[str]) -> str | None:
