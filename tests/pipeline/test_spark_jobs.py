@@ -147,6 +147,16 @@ def test_the_dead_letter_export_is_the_dead_letter_queue(
     assert [r.msg_id for r in dead_letters(spark, str(store), ["orders"], 1).collect()] == left
 
 
+def test_the_dead_letter_export_reads_each_file_once(spark: Any, tmp_path: Path) -> None:
+    """One scan of the store: two (PUTs, then ACKs) would read a file being
+    written at two moments, and parse every body twice."""
+    pinned_store(tmp_path, lambda n: 50)
+    for queues in (None, ["orders"]):
+        frame = dead_letters(spark, str(tmp_path), queues)
+        plan = frame._jdf.queryExecution().executedPlan().toString()
+        assert plan.count("BatchScan msgcask") == 1, plan
+
+
 def test_the_commands_write_what_they_report(spark: Any, tmp_path: Path, scaled: Any) -> None:
     store = tmp_path / "store"
     pinned_store(store, scaled)

@@ -13,7 +13,7 @@ import os
 from typing import TYPE_CHECKING
 
 from msgcask.pipeline.files import path_text
-from msgcask.pipeline.live import counted, live_puts, read_rows
+from msgcask.pipeline.live import counted, read_rows
 from msgcask.pipeline.outputs import check_spark_output
 
 if TYPE_CHECKING:
@@ -42,22 +42,33 @@ def dead_letters(
 ) -> DataFrame:
     """The dead letters of the store at ``path`` (``COLUMNS``), oldest first.
     ``deliveries`` is the highest count any record of the message holds;
-    ``partition_bytes``: data-file bytes a task reads (the source's option)."""
+    ``partition_bytes``: data-file bytes a task reads (the source's option).
+
+    The store is scanned once, so each data file is read once, by one task: a
+    scan of its PUTs and another of its ACKs would read a file that is being
+    written at two moments, and could pair a PUT with the ACKs of an earlier one."""
     from pyspark.sql import functions as F
 
-    kept = counted(read_rows(spark, path, payload=True, partition_bytes=partition_bytes))
-    live = live_puts(kept)
+    rows = counted(read_rows(spark, path, payload=True, partition_bytes=partition_bytes))
+    kind = F.col("type")
     if queues:
-        live = live.where(F.col("queue").isin(queues))
+        wanted = F.col("queue").isin(queues)
     else:
-        live = live.where(F.col("headers").getItem("x-dead-letter-from").isNotNull())
-    delivered = (
-        kept.where(F.col("type") == "deliver")
+        wanted = F.col("headers").getItem("x-dead-letter-from").isNotNull()
+    put_fields = ("queue", "priority", "deliveries", "headers", "body", "file_id", "offset")
+    by_id = (
+        # Only the wanted PUTs (and so their bodies) go through the shuffle.
+        rows.where(((kind == "put") & wanted) | kind.isin("ack", "deliver"))
         .groupBy("msg_id")
-        .agg(F.max("deliveries").alias("delivered"))
+        .agg(
+            F.first(F.when(kind == "put", F.struct(*put_fields)), ignorenulls=True).alias("put"),
+            F.count(F.when(kind == "ack", 1)).alias("acks"),
+            F.max(F.when(kind == "deliver", F.col("deliveries"))).alias("delivered"),
+        )
+        .where(F.col("put").isNotNull() & (F.col("acks") == 0))
     )
     return (
-        live.join(delivered, "msg_id", "left")
+        by_id.select("msg_id", "delivered", "put.*")
         .withColumn("deliveries", F.greatest("deliveries", F.coalesce("delivered", F.lit(0))))
         .withColumn("dead_letter_from", F.col("headers").getItem("x-dead-letter-from"))
         .withColumn("original_id", F.col("headers").getItem("x-original-id").try_cast("bigint"))
