@@ -147,6 +147,19 @@ def test_the_dead_letter_export_is_the_dead_letter_queue(
     assert [r.msg_id for r in dead_letters(spark, str(store), ["orders"], 1).collect()] == left
 
 
+def test_json_lines_have_every_column(spark: Any, tmp_path: Path) -> None:
+    from msgcask.pipeline.dead_letters import COLUMNS
+
+    store = tmp_path / "store"
+    pinned_store(store, lambda n: 50)
+    out = tmp_path / "left"
+    assert export_dead_letters(spark, store, out, "json", ["orders"]) > 0
+    lines = [json.loads(line) for part in out.glob("part-*.json") for line in part.open()]
+    assert lines and all(list(line) == list(COLUMNS) for line in lines), lines[0]
+    assert lines[0]["dead_letter_from"] is None and lines[0]["original_id"] is None
+    assert set(spark.read.json(str(out)).columns) == set(COLUMNS)
+
+
 def test_the_dead_letter_export_reads_each_file_once(spark: Any, tmp_path: Path) -> None:
     """One scan of the store: two (PUTs, then ACKs) would read a file being
     written at two moments, and parse every body twice."""

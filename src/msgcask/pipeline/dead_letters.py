@@ -86,7 +86,8 @@ def export_dead_letters(
     overwrite: bool = False,
 ) -> int:
     """Write the dead letters to ``out`` (a directory of ``fmt`` files, as Spark
-    writes); return how many. JSON carries bodies as base64. ``out`` must not
+    writes); return how many. JSON carries bodies as base64, and NULL columns as
+    ``null``. ``out`` must not
     exist unless ``overwrite`` (which deletes it first), and may not be the
     store, be inside it or hold it."""
     path, out = path_text(path, "the store"), path_text(out, "the output")
@@ -96,6 +97,11 @@ def export_dead_letters(
     frame = dead_letters(spark, path, queues).cache()  # written and counted: read once
     try:
         writer = frame.write.mode("overwrite" if overwrite else "errorifexists")
+        if fmt == "json":
+            # Every line has every column: Spark leaves a NULL one out (the
+            # dead_letter_from of a message a --queue export takes), and a reader
+            # that infers the schema from the lines would then not have the column.
+            writer = writer.option("ignoreNullFields", "false")
         getattr(writer, fmt)(out)
         return frame.count()
     finally:
