@@ -105,6 +105,21 @@ def test_a_report_is_tried_before_the_job_and_nothing_is_left(tmp_path: Path) ->
     assert report.read_text() == "kept"
 
 
+def test_an_export_refuses_an_overwrite_that_is_no_bool(tmp_path: Path) -> None:
+    """Checked before Spark is needed: "false" is true, and would delete OUT."""
+    from msgcask.pipeline.dead_letters import export_dead_letters
+
+    store, out = tmp_path / "store", tmp_path / "out"
+    with msgcask.open(store, compaction_interval=None) as s:
+        s.queue("q").put(b"x")
+    out.mkdir()
+    (out / "kept").write_text("kept")
+    for bad in ("false", 0, None):
+        with pytest.raises(TypeError, match="overwrite is True or False"):
+            export_dead_letters(None, store, out, overwrite=bad)  # type: ignore[arg-type]
+    assert (out / "kept").read_text() == "kept"
+
+
 def _spark_error(module: str, name: str, text: str) -> Exception:
     """An exception as PySpark raises one: only its module, name and text matter."""
     return type(name, (Exception,), {"__module__": module})(text)

@@ -93,6 +93,8 @@ def export_dead_letters(
     path, out = path_text(path, "the store"), path_text(out, "the output")
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if not isinstance(overwrite, bool):  # "false" would be true, and delete ``out``
+        raise TypeError(f"overwrite is True or False, not {overwrite!r}")
     check_spark_output(path, out, overwrite)
     frame = dead_letters(spark, path, queues).cache()  # written and counted: read once
     try:
