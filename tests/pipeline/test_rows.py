@@ -180,7 +180,7 @@ def test_a_file_a_compaction_deletes_while_it_is_listed_makes_the_listing_start_
     assert sorted(live_from_rows(all_rows(store))) == sorted(live_from_store(store))
     # A pass every time: refused, saying what to do.
     monkeypatch.setattr(files_module.os, "listdir", lambda d: listdir(before))
-    with pytest.raises(msgcask.Error, match=r"deleted while they were being listed.*pause"):
+    with pytest.raises(msgcask.Error, match=r"deleted while they were being listed.*a copy"):
         list_data_files(str(store))
 
 
@@ -225,6 +225,32 @@ def test_a_directory_named_like_a_data_file_is_a_clear_error(tmp_path: Path) -> 
     (tmp_path / "0000000099.log").mkdir()
     with pytest.raises(msgcask.Error, match=r"0000000099\.log: cannot be read as a data file"):
         list_data_files(str(tmp_path))
+
+
+def test_a_paused_store_still_deletes_a_file_that_empties_and_the_read_says_so(
+    tmp_path: Path,
+) -> None:
+    """store.pause_compaction() stops passes, not the deletion of emptied files
+    every sync_interval: the error must not offer the pause as the way out."""
+    import time
+
+    with msgcask.open(tmp_path, max_file_size=SMALL, sync_interval=0.01) as store:
+        store.pause_compaction()
+        q = store.queue("q")
+        for _ in range(300):
+            q.put(b"x" * 500)
+        snapshot = list_data_files(str(tmp_path))
+        for _ in range(300):
+            q.ack(q.get(block=False))
+        deadline = time.monotonic() + 10
+        while Path(snapshot[0].path).exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not Path(snapshot[0].path).exists()
+        with pytest.raises(msgcask.Error, match="was deleted while the store was being read") as e:
+            list(file_rows(snapshot[0], False))
+    assert "holds nothing needed any more (store.pause_compaction() stops the passes, not" in str(
+        e.value
+    )
 
 
 def test_a_file_compaction_deletes_before_it_is_read_fails_the_read(

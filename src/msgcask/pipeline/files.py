@@ -25,6 +25,13 @@ KIND_NAMES = {fmt.KIND_JOURNAL: "journal", fmt.KIND_COMPACTED: "compacted"}
 # Listings taken, at most, while each finds a file it names deleted before it
 # could be opened (by compaction passes of a process that has the store open).
 LISTING_ATTEMPTS = 10
+# Why a listed data file can be gone, and what to do.
+DELETED_WHILE_READ = (
+    "a process that has the store open deletes a data file once a compaction pass has "
+    "moved its records to a newer file, which this read does not include, and once a file "
+    "holds nothing needed any more (store.pause_compaction() stops the passes, not that). "
+    "Run it again while the store is closed or idle, or read a copy of the store."
+)
 
 
 @dataclass(frozen=True)
@@ -69,9 +76,7 @@ def list_data_files(directory: str) -> list[DataFileInfo]:
     else:
         raise Error(
             f"{directory}: data files were deleted while they were being listed, "
-            f"{LISTING_ATTEMPTS} times over (a process that has the store open is compacting "
-            "it). Run it again, pause compaction meanwhile (store.pause_compaction()), or "
-            "read a copy of the store."
+            f"{LISTING_ATTEMPTS} times over: {DELETED_WHILE_READ}"
         )
     if not found:
         raise Error(

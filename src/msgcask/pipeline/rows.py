@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from msgcask.errors import Error
-from msgcask.pipeline.files import DataFileInfo
+from msgcask.pipeline.files import DELETED_WHILE_READ, DataFileInfo
 from msgcask.store import codec
 from msgcask.store import format as fmt
 
@@ -57,9 +57,7 @@ def file_rows(info: DataFileInfo, payload: bool) -> Iterator[tuple[Any, ...]]:
             buf = f.read()
     except FileNotFoundError as e:
         raise Error(
-            f"{info.path} was deleted while the store was being read (a compaction pass "
-            "moved its records to a file this read does not include). Run it again, or "
-            "pause compaction meanwhile (Store.pause_compaction), or read a copy of the store."
+            f"{info.path} was deleted while the store was being read: {DELETED_WHILE_READ}"
         ) from e
     except OSError as e:
         raise Error(f"{info.path}: cannot be read ({e})") from e
