@@ -188,7 +188,8 @@ def _numbers(kind: type, text: str) -> list[Any]:
     default=DEFAULT_PASS_EVERY,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Records replayed between two compaction passes.",
+    help="Records replayed between two runs of the scheduled compaction (records a "
+    "compaction_interval sees); it also starts early when a pass is due.",
 )
 @click.option(
     "--json", "json_out", type=click.Path(dir_okay=False), help="Also write the rows here."

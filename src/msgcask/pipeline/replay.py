@@ -4,9 +4,11 @@ The recording is a store's own journal, kept whole: a store opened with
 ``keep_data_files=True`` (and so ``compaction_interval=None``) never deletes a
 data file, so its journal files, from the first, hold every put, delivery and
 ack in the order they happened. A replay applies them in that order to a new
-store in one thread and runs a compaction pass every ``pass_every`` records, so
-two settings see the same workload and the same passes (a schedule in seconds
-would depend on how fast each replay ran).
+store in one thread and runs the store's scheduled compaction (its background
+passes) every ``pass_every`` records, and early when a pass is due, checked
+every ``RECLAIM_EVERY`` records, as the store's background loop checks every
+``sync_interval``; so two settings see the same workload and the same passes (a
+schedule in seconds would depend on how fast each replay ran).
 
 Bodies are replayed as zero bytes of the recorded size, with the recorded
 queue, priority and headers. A delivery is replayed as a ``get`` of the
@@ -184,12 +186,15 @@ class _Replay:
                     self.damaged += kind == "damage"
                     continue  # the file row, a MANIFEST (none in a journal), damage
                 self.records += 1
-                if self.records % self.pass_every == 0:
-                    self._pass()
-                elif self.records % RECLAIM_EVERY == 0:
+                if self.records % RECLAIM_EVERY == 0:
                     # What the background loop does every sync_interval, on the
-                    # replay's own clock.
+                    # replay's own clock: delete emptied files, and start the
+                    # scheduled compaction early when a pass is due.
                     store._compactor.reclaim_emptied()
+                    if self.records % self.pass_every and store._compactor.due():
+                        self._pass()
+                if self.records % self.pass_every == 0:
+                    self._pass()  # what the schedule does every compaction_interval
         final = self._pass()
         live = final.live_bytes + final.needed_bytes
         return ReplayResult(
@@ -255,10 +260,13 @@ class _Replay:
         self.recorded_id.pop(message.id, None)
 
     def _pass(self) -> Any:
-        """A compaction pass, with disk use sampled before it (the most the
-        setting let pile up) and after (what it came down to); the stats after."""
+        """The store's scheduled compaction, as its background job runs it:
+        background passes (fewer victims a pass, files being drained left for
+        later), back to back while compaction is behind. Disk use is sampled
+        before (the most the setting let pile up) and after (what it came down
+        to); returns the stats after."""
         self._sample()
-        self.store.compact()
+        self.store._compact_in_background()
         return self._sample()
 
     def _sample(self) -> Any:
