@@ -4,7 +4,9 @@ compaction made redundant are the ones recovery removes."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from msgcask.pipeline.files import list_data_files
 from msgcask.pipeline.rows import AT, COLUMNS, file_rows
 from msgcask.store import codec
 from msgcask.store import format as fmt
+from msgcask.store.filenames import data_file_name
 from msgcask.store.manifest_rule import redundant_files
 
 FIELD = AT
@@ -266,3 +269,28 @@ def test_a_file_compaction_deletes_before_it_is_read_fails_the_read(
     assert gone
     with pytest.raises(msgcask.Error, match="was deleted while the store was being read"):
         list(file_rows(gone[0], False))
+
+
+def test_a_fifo_named_as_a_data_file_is_refused_without_waiting(tmp_path: Path) -> None:
+    """Opening a FIFO for reading waits for a writer: the listing must not."""
+    fill(tmp_path)
+    fifo = tmp_path / data_file_name(999)
+    os.mkfifo(fifo)
+    outcome: list[BaseException] = []
+
+    def listing() -> None:
+        try:
+            list_data_files(str(tmp_path))
+        except BaseException as e:
+            outcome.append(e)
+
+    reader = threading.Thread(target=listing, daemon=True)
+    reader.start()
+    reader.join(timeout=60)
+    if reader.is_alive():
+        # Release the listing blocked in open(): a writer at the other end.
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(timeout=60)
+        pytest.fail("the listing waited on the FIFO for a writer")
+    assert len(outcome) == 1 and isinstance(outcome[0], msgcask.Error), outcome
+    assert f"{fifo}: cannot be read as a data file (not a regular file)" in str(outcome[0])

@@ -13,6 +13,7 @@ and the opening of its header makes the snapshot be taken again.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
 from msgcask.errors import Error
@@ -104,12 +105,17 @@ def _open_listed(directory: str) -> dict[int, tuple[str, int, str]] | None:
             continue
         path = os.path.join(directory, name)
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
+            # O_NONBLOCK: opening a FIFO for reading would wait for a writer.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            with open(fd, "rb") as f:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise Error(f"{path}: cannot be read as a data file (not a regular file)")
+                size = st.st_size
                 head = f.read(fmt.FILE_HEADER_SIZE)
         except FileNotFoundError:
             return None
-        except OSError as e:  # a directory, a special file, an I/O error
+        except OSError as e:  # a directory, an I/O error
             raise Error(f"{path}: cannot be read as a data file ({e})") from e
         try:
             header = codec.decode_file_header(head, path)
