@@ -187,8 +187,8 @@ class _PendingPut:
 
 
 class _CopyUnderWay(Exception):
-    """A put would fit under max_store_size but for the copy a compaction pass
-    is writing: it waits for the pass, then tries again."""
+    """A put does not fit under max_store_size while a compaction pass is
+    writing its copy: it waits for the pass, then tries again."""
 
 
 def _check_default_dead_letter_name(name: str) -> None:
@@ -957,26 +957,21 @@ class Store:
 
     def _check_fits(self, size: int) -> None:
         """Raise StoreFullError (changing nothing) if ``size`` bytes cannot fit;
-        _CopyUnderWay if they fit but for the copy a pass is writing (which frees
-        its victims once written: the caller lets go of the locks, waits for the
-        pass and tries again)."""
+        _CopyUnderWay if a pass is writing a copy meanwhile (its victims are
+        deleted once it is written, which may make room: the caller lets go of
+        the locks, waits for the pass and tries again, space pressure included)."""
         if self._fits(size):
             return
-        limit = self.options.max_store_size
-        if limit is not None and self._data_bytes + size + fmt.FILE_HEADER_SIZE <= limit:
+        if self._copy_bytes:
+            # Refused now, the put would be refused for dead bytes the pass is
+            # about to free, whether or not it would fit beside the copy.
             raise _CopyUnderWay
         limit = self.options.max_store_size
         live = sum(a.live_bytes for a in self._acct.files.values())
-        copying = (
-            f" (and a compaction pass is writing a copy of {self._copy_bytes} bytes, whose "
-            "victims are deleted after it)"
-            if self._copy_bytes
-            else ""
-        )
         raise StoreFullError(
             f"cannot store {size} more bytes: the data files take {self._data_bytes} bytes of "
-            f"max_store_size={limit}{copying}, of which {live} bytes are live messages and the "
-            "rest could not be reclaimed yet. Consume (ack) messages or raise max_store_size."
+            f"max_store_size={limit}, of which {live} bytes are live messages and the rest "
+            "could not be reclaimed yet. Consume (ack) messages or raise max_store_size."
         )
 
     # -- queues ----------------------------------------------------------------------

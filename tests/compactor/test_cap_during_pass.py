@@ -154,3 +154,92 @@ def test_a_put_that_fits_once_the_running_pass_ends_waits_for_it(
         assert _disk(path) <= LIMIT
         assert len(big) == 2
         assert store.verify() == []
+
+
+def test_a_put_that_does_not_fit_while_a_pass_writes_its_copy_waits_for_the_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Puts that passed their space check before the pass began filled the room
+    # its copy left: the last one does not fit even without the copy, but does
+    # once the pass has deleted its victims. Those are dead bytes being freed,
+    # not live data filling the store: the put waits for them.
+    path = tmp_path / "s"
+    with msgcask.open(
+        path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
+    ) as store:
+        a, b, c = store.queue("a"), store.queue("b"), store.queue("c")
+        for i in range(126):  # files 1 and 2: one message in six stays live
+            (a if i % 6 == 0 else b).put(b"m" * 1000)
+        for _ in range(250):  # files 3 to 6: live
+            c.put(b"c" * 1000)
+        for _ in range(105):
+            b.ack(b.get(block=False))
+        last = 60_000
+        assert store._data_bytes + last + MFS <= LIMIT  # no space pressure yet
+        copying, go = threading.Event(), threading.Event()
+        real_write = rewrite._write_output
+
+        def write_output(*args: object) -> object:
+            copying.set()
+            assert go.wait(30)
+            return real_write(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(rewrite, "_write_output", write_output)
+        checked: dict[str, threading.Event] = {}
+        release: dict[str, threading.Event] = {}
+        real_ensure, real_fits = store._ensure_room, store._check_fits
+
+        def ensure_room(size: int) -> None:
+            real_ensure(size)  # before the pass reserves its copy's room
+            me = threading.current_thread().name
+            checked[me].set()
+            assert release[me].wait(30)
+
+        def check_fits(size: int) -> None:
+            try:
+                real_fits(size)
+            finally:
+                checked[threading.current_thread().name].set()
+
+        monkeypatch.setattr(store, "_ensure_room", ensure_room)
+        monkeypatch.setattr(store, "_check_fits", check_fits)
+        big = store.queue("big")
+        results: dict[str, object] = {}
+
+        def put(size: int) -> None:
+            try:
+                results[threading.current_thread().name] = big.put(b"B" * size)
+            except msgcask.StoreFullError as e:
+                results[threading.current_thread().name] = e
+
+        threads: dict[str, threading.Thread] = {}
+
+        def start(name: str, size: int) -> None:
+            checked[name], release[name] = threading.Event(), threading.Event()
+            threads[name] = threading.Thread(target=put, args=(size,), name=name)
+            threads[name].start()
+            assert checked[name].wait(30)
+            checked[name].clear()
+
+        copy = sum(store._acct.files[f].live_bytes for f in (1, 2)) + 1024  # at most
+        fill = (LIMIT - store._data_bytes - copy - 4096) // 2
+        for name, size in (("last", last), ("fill-1", fill), ("fill-2", fill)):
+            start(name, size)
+        compacting = threading.Thread(target=store.compact, kwargs={"threshold": 0.6})
+        compacting.start()
+        assert copying.wait(30), "the pass did not get to its copy"
+        assert 0 < store._copy_bytes <= copy
+        for name in ("fill-1", "fill-2"):  # they fit beside the copy
+            release[name].set()
+            threads[name].join(30)
+            assert isinstance(results[name], int), results
+        assert store._data_bytes + last > LIMIT  # does not fit, copy or not
+        release["last"].set()
+        assert checked["last"].wait(30)  # it has looked at the room left
+        go.set()
+        compacting.join(30)
+        threads["last"].join(30)
+        assert isinstance(results["last"], int), results
+        assert _disk(path) <= LIMIT
+        assert len(big) == 3
+        assert store.verify() == []
