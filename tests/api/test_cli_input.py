@@ -56,6 +56,34 @@ def store_dir(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(
     "args",
+    [["check"], ["check", "--index"], ["stats"], ["compact"], ["why-kept", "{path}", "1"]],
+)
+def test_a_store_directory_that_cannot_be_listed_is_an_error_message(
+    store_dir: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    # Tests run as root, which lists any directory: refuse it the way chmod 000 would.
+    real_listdir = os.listdir
+
+    def refusing_listdir(path: str = ".") -> list[str]:
+        if os.fspath(path) == str(store_dir):
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_listdir(path)
+
+    monkeypatch.setattr(os, "listdir", refusing_listdir)
+    argv = [a.format(path=store_dir) for a in args]
+    if "{path}" not in args:
+        argv.append(str(store_dir))
+    code, output = _run(main, argv)
+    assert code == 1, output
+    assert f"cannot list {store_dir}: Permission denied" in output
+    assert "Check the permissions" in output
+    monkeypatch.undo()
+    with msgcask.open(store_dir, compaction_interval=None) as store:
+        assert store.queue("q").get(block=False).body == b"kept"
+
+
+@pytest.mark.parametrize(
+    "args",
     [
         ["compact", "--threshold", "nan"],
         ["stats", "--max-file-size", "99999999999"],

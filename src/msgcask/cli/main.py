@@ -20,6 +20,7 @@ from msgcask.check import ScanReport, scan_files
 from msgcask.cli.bench import bench, demo
 from msgcask.cli.pipeline import pipeline
 from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE
+from msgcask.store.disk_advice import remedy
 from msgcask.store.filenames import LOCK_FILE, parse_data_file_name
 from msgcask.store.lockfile import lock_holder
 
@@ -66,7 +67,11 @@ def _regular_size(path: str) -> int:
 def _require_store(path: str) -> None:
     """These commands inspect stores; they never create one (a mistyped path
     would otherwise become a new, empty store)."""
-    if not any(parse_data_file_name(name) for name in os.listdir(path)):
+    try:
+        names = os.listdir(path)
+    except OSError as e:  # say, a directory this user may not read
+        raise click.ClickException(f"cannot list {path}: {e.strerror}. {remedy(e)}.") from e
+    if not any(parse_data_file_name(name) for name in names):
         raise click.ClickException(
             f"{path} holds no msgcask data files: not a store. Give the directory of an "
             "existing store (msgcask.open creates stores; this command does not)."
