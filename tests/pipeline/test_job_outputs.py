@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
@@ -176,3 +177,36 @@ def test_a_failed_job_says_one_line() -> None:
     bare = WORKER_TRACEBACK.replace(WORKER_TRACEBACK.splitlines()[-1], "msgcask.errors.Error")
     assert str(job_failure(_spark_error("pyspark.errors", "PythonException", bare))) == "Error"
     assert job_failure(ValueError("not Spark's")) is None
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["audit", "{store}"], ["dead-letters", "{store}", "{out}"], ["sweep", "{store}"]],
+    ids=["audit", "dead-letters", "sweep"],
+)
+def test_a_store_directory_that_cannot_be_listed_is_refused_before_spark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    from click.testing import CliRunner
+
+    from msgcask.cli.main import main
+
+    store, out = tmp_path / "store", tmp_path / "out"
+    with msgcask.open(store, compaction_interval=None, keep_data_files=True) as s:
+        s.queue("q").put(b"x")
+    # Tests run as root, which lists any directory: refuse it the way chmod 000 would.
+    real_listdir = os.listdir
+
+    def refusing_listdir(path: str = ".") -> list[str]:
+        if os.fspath(path) == str(store):
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_listdir(path)
+
+    monkeypatch.setattr(os, "listdir", refusing_listdir)
+    argv = ["pipeline", *(a.format(store=store, out=out) for a in args)]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert f"cannot list {store}: Permission denied" in result.output
+    assert "Check the permissions" in result.output
+    assert not out.exists()
