@@ -210,3 +210,49 @@ def test_a_store_directory_that_cannot_be_listed_is_refused_before_spark(
     assert f"cannot list {store}: Permission denied" in result.output
     assert "Check the permissions" in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("queues", "error", "says"),
+    [
+        ([], ValueError, "names no queue"),
+        ([""], ValueError, "must not be empty"),
+        (["DLQ.q", "a\0b"], ValueError, "NUL"),
+        (["x" * 256], ValueError, "at most 255"),
+        ("DLQ.q", TypeError, "a list of queue names"),
+        ([b"DLQ.q"], TypeError, "must be a str"),
+    ],
+    ids=["empty-list", "empty-name", "nul", "too-long", "one-str", "bytes"],
+)
+def test_an_export_refuses_queues_no_store_can_have_before_spark(
+    tmp_path: Path, queues: object, error: type[Exception], says: str
+) -> None:
+    """Checked before Spark is needed: no queue can match them, so every such
+    export would be empty (and ``[]`` would export by the headers instead)."""
+    from msgcask.pipeline.dead_letters import dead_letters, export_dead_letters
+
+    store, out = tmp_path / "store", tmp_path / "out"
+    with msgcask.open(store, compaction_interval=None) as s:
+        s.queue("q").put(b"x")
+    with pytest.raises(error, match=says):
+        export_dead_letters(None, store, out, queues=queues)  # type: ignore[arg-type]
+    with pytest.raises(error, match=says):
+        dead_letters(None, store, queues)  # type: ignore[arg-type]
+    assert not out.exists()
+
+
+def test_the_dead_letters_command_refuses_an_empty_queue_name_before_spark(
+    tmp_path: Path,
+) -> None:
+    from click.testing import CliRunner
+
+    from msgcask.cli.main import main
+
+    store, out = tmp_path / "store", tmp_path / "out"
+    with msgcask.open(store, compaction_interval=None) as s:
+        s.queue("q").put(b"x")
+    argv = ["pipeline", "dead-letters", str(store), str(out), "--queue", "DLQ.q", "--queue", ""]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for --queue: queue name must not be empty" in result.output
+    assert not out.exists()

@@ -149,14 +149,18 @@ def dead_letters(
 ) -> None:
     """Export the store's dead letters (live messages with an x-dead-letter-from
     header) with their bodies to OUT, a directory Spark writes."""
-    from msgcask.pipeline.dead_letters import export_dead_letters
+    from msgcask.pipeline.dead_letters import check_queues, export_dead_letters
 
+    try:
+        names = check_queues(list(queues) or None)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--queue") from e
     list_data_files(path)
     try:
         check_spark_output(path, out, overwrite)
     except ValueError as e:
         raise click.ClickException(str(e).replace("overwrite it", "pass --overwrite")) from e
-    count = export_dead_letters(_spark(master), path, out, fmt, list(queues) or None, overwrite)
+    count = export_dead_letters(_spark(master), path, out, fmt, names, overwrite)
     click.echo(f"{count} dead letters written to {out} ({fmt})")
 
 

@@ -10,8 +10,10 @@ queues named (a dead-letter queue that also receives messages by other means).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from msgcask import validate
 from msgcask.pipeline.files import path_text
 from msgcask.pipeline.live import counted, read_rows
 from msgcask.pipeline.outputs import check_spark_output
@@ -34,6 +36,25 @@ COLUMNS = (
 )
 
 
+def check_queues(queues: object) -> list[str] | None:
+    """``queues`` as ``dead_letters`` takes it: None, or a list of at least one
+    queue name, each one a store can have (``Store.queue`` checks them alike).
+    A name no queue can have, or none at all, would only ever export nothing."""
+    if queues is None:
+        return None
+    if isinstance(queues, (str, bytes)) or not isinstance(queues, Iterable):
+        raise TypeError(
+            f"queues is a list of queue names (or None), not {type(queues).__name__}: {queues!r}"
+        )
+    names = [validate.queue_name(q) for q in queues]
+    if not names:
+        raise ValueError(
+            "queues=[] names no queue: pass None to export the dead letters (by their "
+            "x-dead-letter-from header), or the queues whose live messages to export"
+        )
+    return names
+
+
 def dead_letters(
     spark: SparkSession,
     path: str | os.PathLike[str],
@@ -47,6 +68,7 @@ def dead_letters(
     The store is scanned once, so each data file is read once, by one task: a
     scan of its PUTs and another of its ACKs would read a file that is being
     written at two moments, and could pair a PUT with the ACKs of an earlier one."""
+    queues = check_queues(queues)
     from pyspark.sql import functions as F
 
     rows = counted(read_rows(spark, path, payload=True, partition_bytes=partition_bytes))
@@ -95,6 +117,7 @@ def export_dead_letters(
         raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if not isinstance(overwrite, bool):  # "false" would be true, and delete ``out``
         raise TypeError(f"overwrite is True or False, not {overwrite!r}")
+    queues = check_queues(queues)
     check_spark_output(path, out, overwrite)
     frame = dead_letters(spark, path, queues).cache()  # written and counted: read once
     try:
