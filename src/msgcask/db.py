@@ -579,6 +579,8 @@ class Store:
         return left_open
 
     def __enter__(self) -> Store:
+        if self._closed:  # a block that would find every call refused
+            self._check_open()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -756,6 +756,10 @@ class TestUseAfterClose:
         "stats": lambda s, q, m: s.stats(),
         "sync": lambda s, q, m: s.sync(),
         "compact": lambda s, q, m: _compact(s),
+        "why_kept": lambda s, q, m: s.why_kept(1),
+        "pause_compaction": lambda s, q, m: s.pause_compaction(),
+        "resume_compaction": lambda s, q, m: s.resume_compaction(),
+        "with": lambda s, q, m: s.__enter__(),
     }
 
     @pytest.mark.parametrize("call", CALLS.values(), ids=CALLS.keys())
