@@ -1516,6 +1516,12 @@ class Store:
                 f"open of {self.path}: ack or nack it through the store that delivered it"
             )
         if held is not None and held[1] != message.deliveries:
+            deliveries = message.deliveries
+            if isinstance(deliveries, bool) or not isinstance(deliveries, int):
+                raise TypeError(
+                    f"a Message's deliveries must be an int, got {type(deliveries).__name__}; "
+                    "pass the Message get() returned, or its id"
+                )
             raise ValueError(
                 f"this Message is delivery {message.deliveries} of message {message.id}, "
                 f"which was delivered again since (delivery {held[1]}): ack or nack the "

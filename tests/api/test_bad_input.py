@@ -669,6 +669,30 @@ class TestAckNack:
         q.ack(m)
         q.ack(one)
 
+    @pytest.mark.parametrize("bad", ["1", None, b"1"], ids=["str", "none", "bytes"])
+    def test_a_message_whose_deliveries_is_no_int_is_refused_as_such(
+        self,
+        seeded: tuple[msgcask.Store, Any],
+        store_path: Path,
+        snapshot: Snapshot,
+        bad: object,
+    ) -> None:
+        # Not "delivered again since": the message was delivered once, and the
+        # Message handed back says so in a type that no count can have.
+        store, q = seeded
+        m = q.get(block=False)
+        fake = msgcask.Message(*m)._replace(deliveries=bad)
+        before = snapshot(store, store_path)
+        for call in (q.ack, q.nack):
+            with pytest.raises(TypeError, match="deliveries must be an int"):
+                call(fake)
+        with pytest.raises(TypeError, match="deliveries must be an int"):
+            with store.transaction() as tx:
+                tx.put("a-new-queue", b"should not appear")
+                tx.ack(fake)
+        assert snapshot(store, store_path) == before
+        q.ack(m)
+
     def test_a_transaction_whose_commit_failed_says_so_when_used_again(
         self, seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot
     ) -> None:
