@@ -256,3 +256,17 @@ def test_the_dead_letters_command_refuses_an_empty_queue_name_before_spark(
     assert result.exit_code == 2, result.output
     assert "Invalid value for --queue: queue name must not be empty" in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("payload", ["yes", "true", 1, None], ids=["yes", "true", "one", "none"])
+def test_read_rows_refuses_a_payload_that_is_no_bool_before_spark(
+    tmp_path: Path, payload: object
+) -> None:
+    """Else Spark's planner fails with the source's traceback, or takes "true" for True."""
+    from msgcask.pipeline.live import read_rows
+
+    store = tmp_path / "store"
+    with msgcask.open(store, compaction_interval=None) as s:
+        s.queue("q").put(b"x")
+    with pytest.raises(TypeError, match="payload is True or False"):
+        read_rows(None, store, payload=payload)  # type: ignore[arg-type]

@@ -18,11 +18,14 @@ def read_rows(
 ) -> DataFrame:
     """The ``msgcask`` source's rows of the store at ``path`` (``partition_bytes``:
     the source's option of that name, its default if None). A path that is no
-    store, or a bad ``partition_bytes``, raises here (``msgcask.Error``,
-    ``ValueError``, ``TypeError``) rather than from inside Spark's planner."""
+    store, a ``payload`` that is no bool, or a bad ``partition_bytes``, raises
+    here (``msgcask.Error``, ``ValueError``, ``TypeError``) rather than from
+    inside Spark's planner."""
     from msgcask.pipeline.files import list_data_files, path_text
 
     path = path_text(path, "the store")
+    if not isinstance(payload, bool):  # the option would say "1" or "none", or take "true"
+        raise TypeError(f"payload is True or False, not {payload!r}")
     list_data_files(path)
     if partition_bytes is not None and (
         isinstance(partition_bytes, bool)
