@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from msgcask.pipeline.dead_letters import dead_letters, export_dead_letters
 from msgcask.pipeline.live import read_rows
 from msgcask.store import codec
 from msgcask.store import format as fmt
+from msgcask.store.filenames import data_file_name
 
 pytestmark = pytest.mark.spark
 SMALL = 2**16
@@ -434,3 +436,27 @@ def test_a_task_that_fails_is_one_line_on_the_terminal_too(tmp_path: Path) -> No
     assert run.returncode == 1
     assert run.stderr.splitlines()[-1].startswith("Error: the Spark job failed in a worker: ")
     assert "Traceback" not in run.stderr and "\tat org.apache" not in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("partition_bytes", [None, 1], ids=["one task", "a task per file"])
+def test_a_dead_letter_with_several_put_records_is_the_one_recovery_keeps(
+    spark: Any, tmp_path: Path, partition_bytes: int | None
+) -> None:
+    """Copies of one message (only their delivery counts differ) in several
+    files: the export takes the first read, oldest file first, as recovery does."""
+    store = tmp_path / "store"
+    store.mkdir()
+    headers = codec.encode_headers({"x-dead-letter-from": "orders"})
+    for file_id, counts in ((1, (2, 1)), (2, (0,)), (3, (1,))):
+        puts = [codec.encode_put(7, b"DLQ.orders", 4, n, headers, b"body") for n in counts]
+        header = codec.encode_file_header(fmt.KIND_JOURNAL, file_id, 1)
+        (store / data_file_name(file_id)).write_bytes(header + b"".join(puts))
+    rows = dead_letters(spark, str(store), partition_bytes=partition_bytes).collect()
+    shutil.copytree(store, tmp_path / "opened")  # opening writes to the store
+    with msgcask.open(tmp_path / "opened", compaction_interval=None) as opened:
+        kept = opened.queue("DLQ.orders").get(timeout=1)
+    assert kept is not None and kept.deliveries == 2 + 1  # the first record's count
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["msg_id"], row["file_id"], row["offset"]) == (7, 1, fmt.FILE_HEADER_SIZE)
+    assert row["deliveries"] == 2

@@ -83,7 +83,13 @@ def dead_letters(
         rows.where(((kind == "put") & wanted) | kind.isin("ack", "deliver"))
         .groupBy("msg_id")
         .agg(
-            F.first(F.when(kind == "put", F.struct(*put_fields)), ignorenulls=True).alias("put"),
+            # Of several PUT records of one id (copies), the one recovery keeps:
+            # the first read, oldest file first. Which one comes first in a
+            # group is up to the shuffle.
+            F.min_by(
+                F.struct(*put_fields),
+                F.when(kind == "put", F.struct("file_id", "offset")),
+            ).alias("put"),
             F.count(F.when(kind == "ack", 1)).alias("acks"),
             F.max(F.when(kind == "deliver", F.col("deliveries"))).alias("delivered"),
         )
