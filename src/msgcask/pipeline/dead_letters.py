@@ -115,9 +115,8 @@ def export_dead_letters(
 ) -> int:
     """Write the dead letters to ``out`` (a directory of ``fmt`` files, as Spark
     writes); return how many. JSON carries bodies as base64, and NULL columns as
-    ``null``. ``out`` must not
-    exist unless ``overwrite`` (which deletes it first), and may not be the
-    store, be inside it or hold it."""
+    ``null``. ``out`` must not exist unless ``overwrite`` (which deletes it
+    first), and may not be the store, be inside it or hold it."""
     path, out = path_text(path, "the store"), path_text(out, "the output")
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
