@@ -226,8 +226,11 @@ def test_a_copied_data_file_is_refused_not_counted_twice(tmp_path: Path, data_fi
 def test_a_directory_named_like_a_data_file_is_a_clear_error(tmp_path: Path) -> None:
     fill(tmp_path)
     (tmp_path / "0000000099.log").mkdir()
-    with pytest.raises(msgcask.Error, match=r"0000000099\.log: cannot be read as a data file"):
-        list_data_files(str(tmp_path))
+    open_fds = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        with pytest.raises(msgcask.Error, match=r"0000000099\.log: cannot be read as a data file"):
+            list_data_files(str(tmp_path))
+    assert len(os.listdir("/proc/self/fd")) == open_fds  # no descriptor left open
 
 
 def test_a_paused_store_still_deletes_a_file_that_empties_and_the_read_says_so(

@@ -112,15 +112,17 @@ def _open_listed(directory: str) -> dict[int, tuple[str, int, str]] | None:
         try:
             # O_NONBLOCK: opening a FIFO for reading would wait for a writer.
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            with open(fd, "rb") as f:
+            try:  # closed here: open(fd) of a directory fails and leaves fd open
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):
                     raise Error(f"{path}: cannot be read as a data file (not a regular file)")
                 size = st.st_size
-                head = f.read(fmt.FILE_HEADER_SIZE)
+                head = os.read(fd, fmt.FILE_HEADER_SIZE)
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             return None
-        except OSError as e:  # a directory, an I/O error
+        except OSError as e:  # an I/O error
             raise Error(f"{path}: cannot be read as a data file ({e})") from e
         try:
             header = codec.decode_file_header(head, path)
