@@ -188,7 +188,8 @@ class _PendingPut:
 
 class _CopyUnderWay(Exception):
     """A put does not fit under max_store_size while a compaction pass is
-    writing its copy: it waits for the pass, then tries again."""
+    writing its copy or has yet to delete its victims: it waits for the pass,
+    then tries again."""
 
 
 def _check_default_dead_letter_name(name: str) -> None:
@@ -420,6 +421,9 @@ class Store:
         # Bytes of the compacted file a pass is writing, not yet in _data_bytes:
         # counted as taken by the space checks of puts meanwhile.
         self._copy_bytes = 0
+        # Whether a pass has started its copy and not yet deleted its victims:
+        # after the swap its dead bytes are still in _data_bytes, about to go.
+        self._victims_going = False
         from msgcask.compactor.runner import Compactor
 
         self._compactor = Compactor(self)
@@ -959,12 +963,12 @@ class Store:
 
     def _check_fits(self, size: int) -> None:
         """Raise StoreFullError (changing nothing) if ``size`` bytes cannot fit;
-        _CopyUnderWay if a pass is writing a copy meanwhile (its victims are
-        deleted once it is written, which may make room: the caller lets go of
-        the locks, waits for the pass and tries again, space pressure included)."""
+        _CopyUnderWay if a pass is writing a copy meanwhile, or has swapped it in
+        and not yet deleted its victims (which may make room: the caller lets go
+        of the locks, waits for the pass and tries again, space pressure included)."""
         if self._fits(size):
             return
-        if self._copy_bytes:
+        if self._victims_going:
             # Refused now, the put would be refused for dead bytes the pass is
             # about to free, whether or not it would fit beside the copy.
             raise _CopyUnderWay

@@ -156,13 +156,19 @@ def test_a_put_that_fits_once_the_running_pass_ends_waits_for_it(
         assert store.verify() == []
 
 
+@pytest.mark.parametrize(
+    "held",
+    ["_write_output", "delete_retired"],
+    ids=["while-the-copy-is-written", "after-the-swap-before-the-victims-go"],
+)
 def test_a_put_that_does_not_fit_while_a_pass_writes_its_copy_waits_for_the_pass(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: str
 ) -> None:
     # Puts that passed their space check before the pass began filled the room
     # its copy left: the last one does not fit even without the copy, but does
     # once the pass has deleted its victims. Those are dead bytes being freed,
-    # not live data filling the store: the put waits for them.
+    # not live data filling the store: the put waits for them, from the start
+    # of the copy until the victims are deleted (the swap comes between).
     path = tmp_path / "s"
     with msgcask.open(
         path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
@@ -177,14 +183,14 @@ def test_a_put_that_does_not_fit_while_a_pass_writes_its_copy_waits_for_the_pass
         last = 60_000
         assert store._data_bytes + last + MFS <= LIMIT  # no space pressure yet
         copying, go = threading.Event(), threading.Event()
-        real_write = rewrite._write_output
+        real_step = getattr(rewrite, held)
 
-        def write_output(*args: object) -> object:
+        def step(*args: object) -> object:
             copying.set()
             assert go.wait(30)
-            return real_write(*args)  # type: ignore[arg-type]
+            return real_step(*args)
 
-        monkeypatch.setattr(rewrite, "_write_output", write_output)
+        monkeypatch.setattr(rewrite, held, step)
         checked: dict[str, threading.Event] = {}
         release: dict[str, threading.Event] = {}
         real_ensure, real_fits = store._ensure_room, store._check_fits
@@ -228,7 +234,8 @@ def test_a_put_that_does_not_fit_while_a_pass_writes_its_copy_waits_for_the_pass
         compacting = threading.Thread(target=store.compact, kwargs={"threshold": 0.6})
         compacting.start()
         assert copying.wait(30), "the pass did not get to its copy"
-        assert 0 < store._copy_bytes <= copy
+        if held == "_write_output":
+            assert 0 < store._copy_bytes <= copy
         for name in ("fill-1", "fill-2"):  # they fit beside the copy
             release[name].set()
             threads[name].join(30)

@@ -102,6 +102,7 @@ def rewrite(
             store._acct.rewriting.difference_update(victims)
             with store._append_lock:
                 store._copy_bytes = 0  # a copy not swapped in is gone
+                store._victims_going = False  # deleted, or kept for a later pass
 
 
 def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) -> RewriteResult:
@@ -185,6 +186,7 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
             log.debug("msgcask: no room left under max_store_size for the copy of %s", victims)
             return RewriteResult(0, 0, 0, tuple(skipped))
         store._copy_bytes = need
+        store._victims_going = True
     out_id, id_floor, out, offsets = _write_output(store, victims, copies)
 
     with store._lock:
