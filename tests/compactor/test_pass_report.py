@@ -17,7 +17,7 @@ import pytest
 
 import msgcask
 from disk_files import written_size
-from msgcask.compactor import needed
+from msgcask.compactor import needed, rewrite
 from msgcask.store.filenames import data_file_name
 from msgcask.store.fs import FileSystem
 
@@ -43,30 +43,39 @@ def _check_report(
     assert report.bytes_reclaimed == sum(before[f] for f in gone) - sum(after[f] for f in made)
 
 
+def _drained_while_the_victims_are_read(
+    store: msgcask.Store, monkeypatch: pytest.MonkeyPatch
+) -> int:
+    """Fill file 1 with live messages and sparse files after it (the victims);
+    file 1 is drained when a pass reads its first victim. Returns its id."""
+    full = store.queue("full")
+    for _ in range(64):  # file 1: live, never a victim
+        full.put(BODY)
+    live, work = store.queue("live"), store.queue("work")
+    for i in range(4 * 60):  # sparse files after it: the victims
+        if i % 20 == 0:
+            live.put(BODY)
+        else:
+            work.put(BODY)
+            work.ack(work.get(block=False))
+    (drained,) = [f.file_id for f in store.stats().files if f.live_messages >= 55]
+    real = needed.find_by_id
+
+    def first_victim_read(s: msgcask.Store, file_id: int) -> object:
+        while len(full):  # the consumer empties file 1 meanwhile
+            full.ack(full.get(block=False))
+        return real(s, file_id)
+
+    monkeypatch.setattr(needed, "find_by_id", first_victim_read)
+    return drained
+
+
 def test_a_file_drained_during_the_rewrite_counts_as_deleted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "s"
     with msgcask.open(path, **QUIET) as store:
-        full = store.queue("full")
-        for _ in range(64):  # file 1: live, never a victim
-            full.put(BODY)
-        live, work = store.queue("live"), store.queue("work")
-        for i in range(4 * 60):  # sparse files after it: the victims
-            if i % 20 == 0:
-                live.put(BODY)
-            else:
-                work.put(BODY)
-                work.ack(work.get(block=False))
-        (drained,) = [f.file_id for f in store.stats().files if f.live_messages >= 55]
-        real = needed.find_by_id
-
-        def first_victim_read(s: msgcask.Store, file_id: int) -> object:
-            while len(full):  # the consumer empties file 1 meanwhile
-                full.ack(full.get(block=False))
-            return real(s, file_id)
-
-        monkeypatch.setattr(needed, "find_by_id", first_victim_read)
+        drained = _drained_while_the_victims_are_read(store, monkeypatch)
         before = _on_disk(path)
         report = store.compact(threshold=0.5)
         after = _on_disk(path)
@@ -75,6 +84,28 @@ def test_a_file_drained_during_the_rewrite_counts_as_deleted(
         assert report.files_deleted == 1  # the drained file
         _check_report(before, after, report)
         assert store.stats().compaction.files_deleted == 1
+        assert store.verify() == []
+
+
+def test_a_file_drained_during_a_rewrite_that_fails_counts_in_the_totals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The drained file is gone whether or not the pass's copy gets written.
+    path = tmp_path / "s"
+    with msgcask.open(path, **QUIET) as store:
+        drained = _drained_while_the_victims_are_read(store, monkeypatch)
+
+        def no_room(*args: object) -> object:
+            raise msgcask.Error("no room for the copy")
+
+        monkeypatch.setattr(rewrite, "_write_output", no_room)
+        before = _on_disk(path)
+        with pytest.raises(msgcask.Error, match="no room for the copy"):
+            store.compact(threshold=0.5)
+        assert before.keys() - _on_disk(path).keys() == {drained}
+        totals = store.stats().compaction
+        assert totals.files_deleted == 1
+        assert totals.bytes_reclaimed == before[drained]
         assert store.verify() == []
 
 

@@ -293,7 +293,17 @@ class Compactor:
             # are this pass's deletions: its report counts them.
             victims = set(plan.rewrite)
             drained = [0, 0]  # files, bytes
-            result = rewrite(store, plan.rewrite, lambda: self._reclaim_emptied(victims, drained))
+            try:
+                result = rewrite(
+                    store, plan.rewrite, lambda: self._reclaim_emptied(victims, drained)
+                )
+            except BaseException:
+                # The files deleted so far are gone all the same: the totals count them.
+                gone = CompactionReport(
+                    files_deleted=deleted + drained[0], bytes_reclaimed=freed + drained[1]
+                )
+                self.totals = self.totals.plus(gone)
+                raise
             self._damaged.update(result.skipped)
             rewritten, copied = result.files_rewritten, result.bytes_copied
             deleted += result.files_deleted + drained[0]
