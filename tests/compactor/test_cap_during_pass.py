@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import msgcask
+from draining import each_available
 from msgcask.compactor import needed, rewrite
 
 MFS = 64 * 1024
@@ -25,6 +26,18 @@ def _disk(path: Path) -> int:
     return sum(p.stat().st_size for p in path.glob("*.log"))
 
 
+def _sparse_files_then_live_ones(store: msgcask.Store, count: int, live_every: int) -> None:
+    """Files 1 and 2: ``count`` messages of 1000 bytes, one in ``live_every``
+    left live and the others consumed; files 3 to 6: live messages."""
+    a, b, c = store.queue("a"), store.queue("b"), store.queue("c")
+    for i in range(count):
+        (a if i % live_every == 0 else b).put(b"m" * 1000)
+    for _ in range(250):
+        c.put(b"c" * 1000)
+    for m in each_available(b):
+        b.ack(m)
+
+
 def test_puts_during_a_pass_leave_room_for_its_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -32,13 +45,7 @@ def test_puts_during_a_pass_leave_room_for_its_copy(
     with msgcask.open(
         path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
     ) as store:
-        a, b, c = store.queue("a"), store.queue("b"), store.queue("c")
-        for i in range(120):  # files 1 and 2: every other message consumed later
-            (a if i % 2 else b).put(b"m" * 1000)
-        for _ in range(250):  # files 3 to 6: live
-            c.put(b"c" * 1000)
-        for _ in range(60):
-            b.ack(b.get(block=False))
+        _sparse_files_then_live_ones(store, 120, live_every=2)
         ready, go = threading.Event(), threading.Event()
         on_disk_after_copy: list[int] = []
         real_write = rewrite._write_output
@@ -94,13 +101,7 @@ def test_a_put_that_fits_once_the_running_pass_ends_waits_for_it(
     with msgcask.open(
         path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
     ) as store:
-        a, b, c = store.queue("a"), store.queue("b"), store.queue("c")
-        for i in range(120):  # files 1 and 2: every other message consumed later
-            (a if i % 2 else b).put(b"m" * 1000)
-        for _ in range(250):  # files 3 to 6: live
-            c.put(b"c" * 1000)
-        for _ in range(60):
-            b.ack(b.get(block=False))
+        _sparse_files_then_live_ones(store, 120, live_every=2)
         planned, first_put, copying, go = (threading.Event() for _ in range(4))
         real_find = needed.find_any
 
@@ -173,13 +174,7 @@ def test_a_put_that_does_not_fit_while_a_pass_writes_its_copy_waits_for_the_pass
     with msgcask.open(
         path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
     ) as store:
-        a, b, c = store.queue("a"), store.queue("b"), store.queue("c")
-        for i in range(126):  # files 1 and 2: one message in six stays live
-            (a if i % 6 == 0 else b).put(b"m" * 1000)
-        for _ in range(250):  # files 3 to 6: live
-            c.put(b"c" * 1000)
-        for _ in range(105):
-            b.ack(b.get(block=False))
+        _sparse_files_then_live_ones(store, 126, live_every=6)
         last = 60_000
         assert store._data_bytes + last + MFS <= LIMIT  # no space pressure yet
         copying, go = threading.Event(), threading.Event()
