@@ -111,11 +111,14 @@ def test_a_put_that_fits_once_the_running_pass_ends_waits_for_it(
             return real_find(s, file_id)
 
         real_write = rewrite._write_output
+        on_disk_after_copy: list[int] = []
 
         def write_output(*args: object) -> object:
             copying.set()
             assert go.wait(30)
-            return real_write(*args)  # type: ignore[arg-type]
+            out = real_write(*args)  # type: ignore[arg-type]
+            on_disk_after_copy.append(_disk(path))
+            return out
 
         monkeypatch.setattr(needed, "find_any", find_any)
         monkeypatch.setattr(rewrite, "_write_output", write_output)
@@ -152,6 +155,7 @@ def test_a_put_that_fits_once_the_running_pass_ends_waits_for_it(
         compacting.join(30)
         second.join(30)
         assert len(results) == 1 and isinstance(results[0], int), results
+        assert on_disk_after_copy and on_disk_after_copy[0] <= LIMIT  # it did wait
         assert _disk(path) <= LIMIT
         assert len(big) == 2
         assert store.verify() == []
