@@ -249,3 +249,55 @@ def test_a_put_that_does_not_fit_while_a_pass_writes_its_copy_waits_for_the_pass
         assert _disk(path) <= LIMIT
         assert len(big) == 3
         assert store.verify() == []
+
+
+def test_a_pass_whose_copy_no_longer_fits_does_not_write_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Puts that passed their space check before the pass took the room its plan
+    # measured: the copy would take the data files past the cap, so it waits
+    # for a later pass.
+    path = tmp_path / "s"
+    with msgcask.open(
+        path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
+    ) as store:
+        _sparse_files_then_live_ones(store, 120, live_every=2)
+        big = store.queue("big")
+        checked, release = threading.Barrier(3), threading.Event()
+        real_ensure = store._ensure_room
+
+        def ensure_room(size: int) -> None:
+            real_ensure(size)
+            checked.wait(30)  # both puts passed the check before the pass
+            assert release.wait(30)
+
+        monkeypatch.setattr(store, "_ensure_room", ensure_room)
+        results: list[int] = []
+        putting = [threading.Thread(target=lambda: results.append(big.put(BIG))) for _ in range(2)]
+        for t in putting:
+            t.start()
+        checked.wait(30)
+        real_find = needed.find_any
+
+        def find_any(s: msgcask.Store, file_id: int) -> object:
+            release.set()  # the pass planned before the puts were written
+            for t in putting:
+                t.join(30)
+            return real_find(s, file_id)
+
+        real_write = rewrite._write_output
+        on_disk_after_copy: list[int] = []
+
+        def write_output(*args: object) -> object:
+            out = real_write(*args)  # type: ignore[arg-type]
+            on_disk_after_copy.append(_disk(path))
+            return out
+
+        monkeypatch.setattr(needed, "find_any", find_any)
+        monkeypatch.setattr(rewrite, "_write_output", write_output)
+        report = store.compact(threshold=0.6)
+        assert len(results) == 2
+        # Written, the copy would have taken the data files past the cap.
+        assert report.files_rewritten == 0 and on_disk_after_copy == []
+        assert _disk(path) <= LIMIT
+        assert store.verify() == []
