@@ -107,9 +107,9 @@ class Recorder:
     def windows(self, width: float) -> list[dict[str, Any]]:
         """p50/p99/max and counts of every op per window of ``width`` seconds."""
         per_op = {op: self.samples(op) for op in OPS}
-        ends = [s[0][-1] for s in per_op.values() if s[0]]
+        last_ends = [s[0][-1] for s in per_op.values() if s[0]]  # each timed op's last
         # One window at least once anything was timed, even an op that ended at 0.0.
-        n_windows = max(1, math.ceil(max(ends) / width)) if ends else 0
+        n_windows = max(1, math.ceil(max(last_ends) / width)) if last_ends else 0
         buckets: dict[str, list[list[float]]] = {op: [[] for _ in range(n_windows)] for op in OPS}
         for op, (ends, lats) in per_op.items():
             for t, lat in zip(ends, lats, strict=True):
