@@ -62,7 +62,8 @@ def dead_letters(
     partition_bytes: int | None = None,
 ) -> DataFrame:
     """The dead letters of the store at ``path`` (``COLUMNS``), oldest first.
-    ``deliveries`` is the highest count any record of the message holds;
+    ``deliveries`` is the highest count of its DELIVER records and of the PUT
+    record recovery keeps (other copies' counts are not read, as in recovery);
     ``partition_bytes``: data-file bytes a task reads (the source's option).
 
     The store is scanned once, so each data file is read once, by one task: a
