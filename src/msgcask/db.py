@@ -1519,13 +1519,16 @@ class Store:
                 f"message {message.id} was delivered by another store, or by an earlier "
                 f"open of {self.path}: ack or nack it through the store that delivered it"
             )
-        if held is not None and held[1] != message.deliveries:
-            deliveries = message.deliveries
-            if isinstance(deliveries, bool) or not isinstance(deliveries, int):
-                raise TypeError(
-                    f"a Message's deliveries must be an int, got {type(deliveries).__name__}; "
-                    "pass the Message get() returned, or its id"
-                )
+        if held is None:
+            return
+        deliveries = message.deliveries
+        # Checked before the count is compared: True and 1.0 equal a delivery 1.
+        if isinstance(deliveries, bool) or not isinstance(deliveries, int):
+            raise TypeError(
+                f"a Message's deliveries must be an int, got {type(deliveries).__name__}; "
+                "pass the Message get() returned, or its id"
+            )
+        if held[1] != deliveries:
             raise ValueError(
                 f"this Message is delivery {message.deliveries} of message {message.id}, "
                 f"which was delivered again since (delivery {held[1]}): ack or nack the "

@@ -669,7 +669,9 @@ class TestAckNack:
         q.ack(m)
         q.ack(one)
 
-    @pytest.mark.parametrize("bad", ["1", None, b"1"], ids=["str", "none", "bytes"])
+    @pytest.mark.parametrize(
+        "bad", ["1", None, b"1", True, 1.0], ids=["str", "none", "bytes", "bool", "float"]
+    )
     def test_a_message_whose_deliveries_is_no_int_is_refused_as_such(
         self,
         seeded: tuple[msgcask.Store, Any],
@@ -678,9 +680,11 @@ class TestAckNack:
         bad: object,
     ) -> None:
         # Not "delivered again since": the message was delivered once, and the
-        # Message handed back says so in a type that no count can have.
+        # Message handed back says so in a type that no count can have (True and
+        # 1.0 only equal that count).
         store, q = seeded
         m = q.get(block=False)
+        assert m.deliveries == 1
         fake = msgcask.Message(*m)._replace(deliveries=bad)
         before = snapshot(store, store_path)
         for call in (q.ack, q.nack):
