@@ -4,6 +4,7 @@ and ``from conftest import`` finds whichever of the two was loaded first."""
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -41,3 +42,16 @@ def statvfs_reporting(available: int, free: int) -> Callable[[str], Any]:
         )
 
     return statvfs
+
+
+def listdir_refusing(directory: Path) -> Callable[..., list[str]]:
+    """os.listdir, refusing ``directory`` with EACCES as a chmod 000 does (tests
+    run as root, which lists any directory)."""
+    real = os.listdir
+
+    def listdir(path: str = ".") -> list[str]:
+        if os.fspath(path) == str(directory):
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real(path)
+
+    return listdir

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from hold_store import start_holder
 
 import msgcask
+from disk_files import listdir_refusing
 from msgcask.cli.bench import bench, demo
 from msgcask.cli.main import _guess_file_size, main
 from msgcask.options import MAX_FILE_SIZE_LIMIT
@@ -61,15 +62,7 @@ def store_dir(tmp_path: Path) -> Path:
 def test_a_store_directory_that_cannot_be_listed_is_an_error_message(
     store_dir: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
 ) -> None:
-    # Tests run as root, which lists any directory: refuse it the way chmod 000 would.
-    real_listdir = os.listdir
-
-    def refusing_listdir(path: str = ".") -> list[str]:
-        if os.fspath(path) == str(store_dir):
-            raise PermissionError(errno.EACCES, "Permission denied", path)
-        return real_listdir(path)
-
-    monkeypatch.setattr(os, "listdir", refusing_listdir)
+    monkeypatch.setattr(os, "listdir", listdir_refusing(store_dir))
     argv = [a.format(path=store_dir) for a in args]
     if "{path}" not in args:
         argv.append(str(store_dir))

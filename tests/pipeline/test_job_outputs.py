@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import msgcask
+from disk_files import listdir_refusing
 from msgcask.pipeline.failures import job_failure
 from msgcask.pipeline.outputs import check_report, check_spark_output, local_path
 
@@ -194,15 +194,7 @@ def test_a_store_directory_that_cannot_be_listed_is_refused_before_spark(
     store, out = tmp_path / "store", tmp_path / "out"
     with msgcask.open(store, compaction_interval=None, keep_data_files=True) as s:
         s.queue("q").put(b"x")
-    # Tests run as root, which lists any directory: refuse it the way chmod 000 would.
-    real_listdir = os.listdir
-
-    def refusing_listdir(path: str = ".") -> list[str]:
-        if os.fspath(path) == str(store):
-            raise PermissionError(errno.EACCES, "Permission denied", path)
-        return real_listdir(path)
-
-    monkeypatch.setattr(os, "listdir", refusing_listdir)
+    monkeypatch.setattr(os, "listdir", listdir_refusing(store))
     argv = ["pipeline", *(a.format(store=store, out=out) for a in args)]
     result = CliRunner().invoke(main, argv)
     assert result.exit_code == 1, result.output
