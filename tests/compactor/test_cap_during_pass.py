@@ -38,6 +38,27 @@ def _sparse_files_then_live_ones(store: msgcask.Store, count: int, live_every: i
         b.ack(m)
 
 
+def _copies_held(
+    monkeypatch: pytest.MonkeyPatch, path: Path, go: threading.Event | None = None
+) -> tuple[threading.Event, list[int]]:
+    """Make a pass's copy wait for ``go`` (if given) before it is written.
+    Returns an event set when a copy is about to be written, and the list the
+    disk use after each copy is written is added to."""
+    copying, on_disk_after_copy = threading.Event(), list[int]()
+    real_write = rewrite._write_output
+
+    def write_output(*args: object) -> object:
+        copying.set()
+        if go is not None:
+            assert go.wait(30)
+        out = real_write(*args)  # type: ignore[arg-type]
+        on_disk_after_copy.append(_disk(path))
+        return out
+
+    monkeypatch.setattr(rewrite, "_write_output", write_output)
+    return copying, on_disk_after_copy
+
+
 def test_puts_during_a_pass_leave_room_for_its_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -46,18 +67,8 @@ def test_puts_during_a_pass_leave_room_for_its_copy(
         path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
     ) as store:
         _sparse_files_then_live_ones(store, 120, live_every=2)
-        ready, go = threading.Event(), threading.Event()
-        on_disk_after_copy: list[int] = []
-        real_write = rewrite._write_output
-
-        def write_output(*args: object) -> object:
-            ready.set()
-            assert go.wait(30)
-            out = real_write(*args)  # type: ignore[arg-type]
-            on_disk_after_copy.append(_disk(path))
-            return out
-
-        monkeypatch.setattr(rewrite, "_write_output", write_output)
+        go = threading.Event()
+        ready, on_disk_after_copy = _copies_held(monkeypatch, path, go)
         passed = threading.Barrier(2)
         real_ensure = store._ensure_room
 
@@ -102,7 +113,7 @@ def test_a_put_that_fits_once_the_running_pass_ends_waits_for_it(
         path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
     ) as store:
         _sparse_files_then_live_ones(store, 120, live_every=2)
-        planned, first_put, copying, go = (threading.Event() for _ in range(4))
+        planned, first_put, go = (threading.Event() for _ in range(3))
         real_find = needed.find_any
 
         def find_any(s: msgcask.Store, file_id: int) -> object:
@@ -110,18 +121,8 @@ def test_a_put_that_fits_once_the_running_pass_ends_waits_for_it(
             assert first_put.wait(30)
             return real_find(s, file_id)
 
-        real_write = rewrite._write_output
-        on_disk_after_copy: list[int] = []
-
-        def write_output(*args: object) -> object:
-            copying.set()
-            assert go.wait(30)
-            out = real_write(*args)  # type: ignore[arg-type]
-            on_disk_after_copy.append(_disk(path))
-            return out
-
         monkeypatch.setattr(needed, "find_any", find_any)
-        monkeypatch.setattr(rewrite, "_write_output", write_output)
+        copying, on_disk_after_copy = _copies_held(monkeypatch, path, go)
         compacting = threading.Thread(target=store.compact, kwargs={"threshold": 0.6})
         compacting.start()
         assert planned.wait(30)
@@ -285,16 +286,8 @@ def test_a_pass_whose_copy_no_longer_fits_does_not_write_it(
                 t.join(30)
             return real_find(s, file_id)
 
-        real_write = rewrite._write_output
-        on_disk_after_copy: list[int] = []
-
-        def write_output(*args: object) -> object:
-            out = real_write(*args)  # type: ignore[arg-type]
-            on_disk_after_copy.append(_disk(path))
-            return out
-
         monkeypatch.setattr(needed, "find_any", find_any)
-        monkeypatch.setattr(rewrite, "_write_output", write_output)
+        _, on_disk_after_copy = _copies_held(monkeypatch, path)
         report = store.compact(threshold=0.6)
         assert len(results) == 2
         # Written, the copy would have taken the data files past the cap.
