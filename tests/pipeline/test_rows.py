@@ -274,6 +274,23 @@ def test_a_file_compaction_deletes_before_it_is_read_fails_the_read(
         list(file_rows(gone[0], False))
 
 
+def test_a_link_to_nothing_named_as_a_data_file_is_refused_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not taken for a file deleted while the store was listed: listing again
+    would find it every time."""
+    fill(tmp_path)
+    (tmp_path / data_file_name(999)).symlink_to(tmp_path / "nowhere")
+    listed: list[str] = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda d: listed.append(d) or real_listdir(d))
+    with pytest.raises(
+        msgcask.Error, match=r"log: cannot be read as a data file \(a symbolic link"
+    ):
+        list_data_files(str(tmp_path))
+    assert len(listed) == 1
+
+
 def test_a_fifo_named_as_a_data_file_is_refused_without_waiting(tmp_path: Path) -> None:
     """Opening a FIFO for reading waits for a writer: the listing must not."""
     fill(tmp_path)

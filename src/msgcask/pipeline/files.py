@@ -120,7 +120,11 @@ def _open_listed(directory: str) -> dict[int, tuple[str, int, str]] | None:
                 head = os.read(fd, fmt.FILE_HEADER_SIZE)
             finally:
                 os.close(fd)
-        except FileNotFoundError:
+        except FileNotFoundError as e:
+            if os.path.islink(path):  # not deleted: it never led to a file
+                raise Error(
+                    f"{path}: cannot be read as a data file (a symbolic link to a missing file)"
+                ) from e
             return None
         except OSError as e:  # an I/O error
             raise Error(f"{path}: cannot be read as a data file ({e})") from e
