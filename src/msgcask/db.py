@@ -91,6 +91,10 @@ Selector = Callable[[dict[str, str]], bool]
 # Foreground work between forced index commits: bounds the open transaction.
 _MAX_CHANGES_PER_COMMIT = 50_000
 _PURGE_CHUNK = 10_000
+# Times a write refused for want of room under max_store_size is tried again, each
+# after space pressure has run anew: other threads' puts may have taken the room
+# its check found, or acks emptied files since.
+_ROOM_RETRIES = 2
 _MAX_PENDING = 1024  # puts whose index entries wait for the store's lock, at most
 # Free bytes kept for index commits on a nearly full disk (an index commit that
 # finds no room fails the whole index): the write head allocates no new chunk
@@ -111,6 +115,7 @@ ID_BLOCK_AFTER_CRASH = 2**20
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
+_T = TypeVar("_T")
 
 # Stores open in this process. A child forked from it gets copies of their
 # locks, index and write head, which belong to the parent: the child's copies
@@ -1139,11 +1144,23 @@ class Store:
     # -- queue operations (called by Queue) ------------------------------------------
 
     def _put(self, name: str, body: bytes, headers: dict[str, str] | None, priority: int) -> int:
+        return self._making_room(lambda: self._put_once(name, body, headers, priority))
+
+    def _making_room(self, write: Callable[[], _T]) -> _T:
+        """Run ``write``, a call that checks its room under max_store_size and
+        changes nothing when refused: while a pass is about to free room, wait
+        for it; refused, try again (space pressure runs anew) up to
+        _ROOM_RETRIES times before the StoreFullError goes to the caller."""
+        refusals = 0
         while True:
             try:
-                return self._put_once(name, body, headers, priority)
+                return write()
             except _CopyUnderWay:
                 self._wait_for_pass()
+            except StoreFullError:
+                refusals += 1
+                if refusals > _ROOM_RETRIES:
+                    raise
 
     def _wait_for_pass(self) -> None:
         """Wait (without the store's locks) for the running compaction pass to end."""
@@ -1264,11 +1281,7 @@ class Store:
         ``delivered``: the Messages among the acks (a transaction's), checked
         again here since each may have been delivered again after its ``ack``."""
         delivered = list(delivered)  # looked at again if the batch is tried again
-        while True:
-            try:
-                return self._write_batch_once(puts, acks, delivered)
-            except _CopyUnderWay:
-                self._wait_for_pass()
+        return self._making_room(lambda: self._write_batch_once(puts, acks, delivered))
 
     def _write_batch_once(
         self, puts: list[_PendingPut], acks: list[int], delivered: Iterable[Message]

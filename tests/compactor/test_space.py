@@ -160,6 +160,42 @@ def test_a_put_that_fits_once_a_dead_file_is_deleted_is_not_refused(store_path: 
         assert store.stats().data_bytes <= 4 * MFS
 
 
+def test_a_put_whose_room_other_puts_took_compacts_again_before_it_is_refused(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The put's space check found room for it (short of the file of headroom a pass
+    # aims for, with nothing dead to reclaim). Before it is written, another put takes
+    # that room and a whole file's messages are acked: it fits once that file is gone,
+    # so it must be stored, not refused.
+    limit = 8 * MFS
+    with _open(store_path, max_store_size=limit, sync_interval=3600) as store:
+        consumed, live = store.queue("consumed"), store.queue("live")
+        for _ in range(63):  # file 1, whole
+            consumed.put(b"c" * 1000)
+        while limit - store.stats().data_bytes > 41_000:
+            live.put(b"l" * 1000)
+        delivered = [consumed.get(block=False) for _ in range(63)]
+        real_ensure_room = store._ensure_room
+        others_done = False
+
+        def ensure_room(size: int) -> None:
+            nonlocal others_done
+            real_ensure_room(size)
+            if not others_done:  # once, after the first put's check
+                others_done = True
+                store.queue("other").put(b"o" * 30_000)
+                for message in delivered:
+                    consumed.ack(message)
+
+        monkeypatch.setattr(store, "_ensure_room", ensure_room)
+        store.queue("mine").put(b"m" * 30_000)
+        assert others_done
+        assert 1 not in [f.file_id for f in store.stats().files]
+        assert (len(store.queue("mine")), len(store.queue("other"))) == (1, 1)
+        assert store.stats().data_bytes <= limit
+        assert store.verify() == []
+
+
 def test_dead_data_never_makes_a_limited_store_refuse_a_put(
     tmp_path: Path, scaled: Callable[[int], int]
 ) -> None:
