@@ -8,7 +8,9 @@ fill what the copy needs, and the data files would grow past the cap.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,16 +28,22 @@ def _disk(path: Path) -> int:
     return sum(p.stat().st_size for p in path.glob("*.log"))
 
 
-def _sparse_files_then_live_ones(store: msgcask.Store, count: int, live_every: int) -> None:
-    """Files 1 and 2: ``count`` messages of 1000 bytes, one in ``live_every``
-    left live and the others consumed; files 3 to 6: live messages."""
-    a, b, c = store.queue("a"), store.queue("b"), store.queue("c")
-    for i in range(count):
-        (a if i % live_every == 0 else b).put(b"m" * 1000)
-    for _ in range(250):
-        c.put(b"c" * 1000)
-    for m in each_available(b):
-        b.ack(m)
+@contextlib.contextmanager
+def _capped_store(path: Path, count: int = 120, live_every: int = 2) -> Iterator[msgcask.Store]:
+    """A store under LIMIT with no schedule. Files 1 and 2: ``count`` messages of
+    1000 bytes, one in ``live_every`` left live and the others consumed; files 3
+    to 6: live messages."""
+    with msgcask.open(
+        path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
+    ) as store:
+        a, b, c = store.queue("a"), store.queue("b"), store.queue("c")
+        for i in range(count):
+            (a if i % live_every == 0 else b).put(b"m" * 1000)
+        for _ in range(250):
+            c.put(b"c" * 1000)
+        for m in each_available(b):
+            b.ack(m)
+        yield store
 
 
 def _copies_held(
@@ -63,10 +71,7 @@ def test_puts_during_a_pass_leave_room_for_its_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "s"
-    with msgcask.open(
-        path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
-    ) as store:
-        _sparse_files_then_live_ones(store, 120, live_every=2)
+    with _capped_store(path) as store:
         go = threading.Event()
         ready, on_disk_after_copy = _copies_held(monkeypatch, path, go)
         passed = threading.Barrier(2)
@@ -109,10 +114,7 @@ def test_a_put_that_fits_once_the_running_pass_ends_waits_for_it(
     # A put that passed its space check before a pass started writing its copy,
     # and that fits once the pass has deleted its victims, is not refused.
     path = tmp_path / "s"
-    with msgcask.open(
-        path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
-    ) as store:
-        _sparse_files_then_live_ones(store, 120, live_every=2)
+    with _capped_store(path) as store:
         planned, first_put, go = (threading.Event() for _ in range(3))
         real_find = needed.find_any
 
@@ -176,10 +178,7 @@ def test_a_put_that_does_not_fit_while_a_pass_writes_its_copy_waits_for_the_pass
     # not live data filling the store: the put waits for them, from the start
     # of the copy until the victims are deleted (the swap comes between).
     path = tmp_path / "s"
-    with msgcask.open(
-        path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
-    ) as store:
-        _sparse_files_then_live_ones(store, 126, live_every=6)
+    with _capped_store(path, 126, live_every=6) as store:
         last = 60_000
         assert store._data_bytes + last + MFS <= LIMIT  # no space pressure yet
         copying, go = threading.Event(), threading.Event()
@@ -259,10 +258,7 @@ def test_a_pass_whose_copy_no_longer_fits_does_not_write_it(
     # measured: the copy would take the data files past the cap, so it waits
     # for a later pass.
     path = tmp_path / "s"
-    with msgcask.open(
-        path, max_file_size=MFS, max_store_size=LIMIT, compaction_interval=None
-    ) as store:
-        _sparse_files_then_live_ones(store, 120, live_every=2)
+    with _capped_store(path) as store:
         big = store.queue("big")
         checked, release = threading.Barrier(3), threading.Event()
         real_ensure = store._ensure_room
