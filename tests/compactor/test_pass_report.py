@@ -17,6 +17,7 @@ import pytest
 
 import msgcask
 from disk_files import written_size
+from draining import each_available
 from msgcask.compactor import needed, rewrite
 from msgcask.store.filenames import data_file_name
 from msgcask.store.fs import FileSystem
@@ -174,3 +175,59 @@ def test_a_retired_file_deleted_at_last_counts_as_deleted(tmp_path: Path) -> Non
         assert 1 in before and 1 not in after
         assert report.files_deleted == 1
         _check_report(before, after, report)
+
+
+def test_victims_deleted_before_a_deletion_fails_count_in_the_totals(tmp_path: Path) -> None:
+    # The swap committed and the first victims are gone when the unlink of a
+    # later one fails: the files gone count, and the later pass counts the rest.
+    path = tmp_path / "s"
+    fs = StuckFiles()
+    store = msgcask.Store(path, _fs=fs, **QUIET)  # type: ignore[arg-type]
+    with store:
+        q = store.queue("q")
+        for _ in range(4 * 62):  # files 1 to 4 sealed, each kept by a few live messages
+            q.put(BODY)
+        for m in each_available(q):
+            if m.id % 12:
+                q.ack(m)
+        sealed = [f.file_id for f in store.stats().files if f.file_id != 5]
+        fs.stuck.add(str(path / data_file_name(sealed[-1])))
+        before = first = _on_disk(path)
+        with pytest.raises(msgcask.Error, match="deleting data files"):
+            store.compact(threshold=0.5)
+        after = _on_disk(path)
+        gone = before.keys() - after.keys()
+        assert gone  # victims unlinked before the one that failed
+        totals = store.stats().compaction
+        assert totals.files_deleted + totals.files_rewritten == len(gone)
+        made = after.keys() - before.keys()
+        assert totals.bytes_reclaimed == sum(before[f] for f in gone) - sum(after[f] for f in made)
+        fs.stuck.clear()
+        store.compact(threshold=0.5)
+        assert sealed[-1] not in _on_disk(path)
+        totals = store.stats().compaction
+        gone = first.keys() - _on_disk(path).keys()
+        assert totals.files_deleted + totals.files_rewritten == len(gone)
+        assert store.verify() == []
+
+
+def test_files_deleted_whole_before_a_deletion_fails_count_in_the_totals(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    fs = StuckFiles()
+    store = msgcask.Store(path, _fs=fs, **QUIET)  # type: ignore[arg-type]
+    with store:
+        q = store.queue("q")
+        for _ in range(300):  # files 1 and 2 sealed, 3 the head
+            q.put(b"p" * 500)
+        sealed = {i for f in (1, 2) for _, i in store.why_kept(f).live_messages}
+        for m in each_available(q):
+            if m.id in sealed:  # files 1 and 2 hold nothing needed, the head stays
+                q.ack(m)
+        fs.stuck.add(str(path / data_file_name(2)))
+        before = _on_disk(path)
+        with pytest.raises(msgcask.Error, match="deleting data files"):
+            store.compact()
+        gone = before.keys() - _on_disk(path).keys()
+        assert gone == {1}
+        totals = store.stats().compaction
+        assert (totals.files_deleted, totals.bytes_reclaimed) == (1, before[1])

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from msgcask.compactor import needed
 from msgcask.errors import Error
+from msgcask.stats import CompactionReport
 from msgcask.store.disk_advice import remedy
 from msgcask.store.filenames import data_file_name
 from msgcask.store.fs import crash_point
@@ -34,6 +35,15 @@ if TYPE_CHECKING:
     from msgcask.db import Store
 
 log = logging.getLogger("msgcask")
+
+
+class DeletionFailed(Error):
+    """Deleting data files failed; ``done`` is what was deleted before the
+    failure (gone from the disk and forgotten), which a pass's totals count."""
+
+    def __init__(self, message: str, done: CompactionReport) -> None:
+        super().__init__(message)
+        self.done = done
 
 
 def reclaim(store: Store, file_ids: list[int]) -> tuple[int, int]:
@@ -142,7 +152,8 @@ def delete_retired(store: Store, file_ids: list[int]) -> int:
     """Unlink retired files, make that durable, and forget them; return bytes freed.
 
     If an unlink fails, those unlinked before it are still made durable and
-    forgotten (they are gone from the disk), and then the error is raised."""
+    forgotten (they are gone from the disk), and then DeletionFailed is raised,
+    saying what they freed."""
     gone: dict[int, int] = {}  # file id: its size
     failure: OSError | None = None
     for file_id in file_ids:
@@ -166,8 +177,8 @@ def delete_retired(store: Store, file_ids: list[int]) -> int:
     if gone:
         try:
             store._fs.fsync_dir(store.path)
-        except OSError as e:
-            raise _delete_failed(store, e) from e
+        except OSError as e:  # the next try finds them gone, and counts them
+            raise _delete_failed(store, e, CompactionReport()) from e
         if failure is None:
             crash_point("reclaim.after_unlink")
         with store._lock:
@@ -176,13 +187,15 @@ def delete_retired(store: Store, file_ids: list[int]) -> int:
             with store._append_lock:  # puts add to it under that lock alone
                 store._data_bytes -= freed
     if failure is not None:
-        raise _delete_failed(store, failure) from failure
+        done = CompactionReport(files_deleted=len(gone), bytes_reclaimed=freed)
+        raise _delete_failed(store, failure, done) from failure
     return freed
 
 
-def _delete_failed(store: Store, error: OSError) -> Error:
-    return Error(
+def _delete_failed(store: Store, error: OSError, done: CompactionReport) -> DeletionFailed:
+    return DeletionFailed(
         f"deleting data files of {store.path} failed ({error.strerror}); they are retired in "
         "the index, so the next open finishes the deletion, and no compaction deletes "
-        f"anything until they are gone. {remedy(error)}."
+        f"anything until they are gone. {remedy(error)}.",
+        done,
     )

@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING
 
 from msgcask.compactor import needed
 from msgcask.compactor.pacing import BATCH
-from msgcask.compactor.reclaim import delete_retired, reclaim, release
+from msgcask.compactor.reclaim import DeletionFailed, delete_retired, reclaim, release
 from msgcask.errors import Error
 from msgcask.index.accounting import FileAccount
+from msgcask.stats import CompactionReport
 from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.filenames import data_file_name
@@ -273,7 +274,17 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
             crash_point("compact.before_swap_commit")
             store._commit_index(force=True)
     crash_point("compact.after_swap_commit")
-    freed = delete_retired(store, retired)
+    try:
+        freed = delete_retired(store, retired)
+    except DeletionFailed as e:
+        # The copy is in, and the victims deleted so far are gone: rewritten.
+        gone = e.done
+        e.done = CompactionReport(
+            files_rewritten=gone.files_deleted,
+            bytes_copied=out.size,
+            bytes_reclaimed=gone.bytes_reclaimed - out.size,
+        )
+        raise
     # Net bytes: what the victims held minus what their copy takes.
     return RewriteResult(len(retired), out.size, freed - out.size, tuple(skipped))
 

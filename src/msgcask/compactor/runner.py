@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from msgcask.compactor import policy
 from msgcask.compactor.failure_log import RepeatedFailureLog
-from msgcask.compactor.reclaim import finish_deletions, reclaim
+from msgcask.compactor.reclaim import DeletionFailed, finish_deletions, reclaim
 from msgcask.compactor.rewrite import rewrite
 from msgcask.errors import ClosedError, Error, IndexFailedError
 from msgcask.index.accounting import FileAccount
@@ -102,17 +102,18 @@ class Compactor:
         before, self._live_at_last_run = self._live_at_last_run, now
         return frozenset(f for f, n in now.items() if n < before.get(f, n))
 
-    def _reclaim_all(self, threshold: float, budget: int) -> tuple[int, int]:
-        files = freed = 0
+    def _reclaim_all(self, threshold: float, budget: int, done: list[int]) -> None:
+        """Delete the files a plan finds reclaimable, in rounds; adds the files it
+        deletes and their bytes to ``done`` as it goes."""
         for _ in range(_MAX_RECLAIM_ROUNDS):
             plan = self._plan(threshold, budget)
             if not plan.reclaim:
                 break
             n, b = reclaim(self._store, plan.reclaim)
-            files, freed = files + n, freed + b
+            done[0] += n
+            done[1] += b
             if not n:
                 break
-        return files, freed
 
     def run(
         self,
@@ -278,44 +279,42 @@ class Compactor:
         store = self._store
         threshold = store.options.compaction_threshold if threshold is None else threshold
         started = time.monotonic()
-        deleted, freed = finish_deletions(store)
-        self._seal_sparse_head(threshold, idle)
-        limit, hard = self._budget(budget)
-        files, freed_now = self._reclaim_all(threshold, limit)
-        deleted, freed = deleted + files, freed + freed_now
-        limit, hard = self._budget(budget)  # deletions made room
-        plan = self._plan(threshold, limit, hard=hard, read_files=read_files, defer=defer)
+        done = [0, 0]  # files deleted whole, bytes freed: added to as they go
         rewritten = copied = 0
-        if plan.rewrite:
-            # Files drained while the victims are read go at once, not after the
-            # pass (under a fast drain, a pass that takes a second would
-            # otherwise leave a second's worth of drained files on disk). They
-            # are this pass's deletions: its report counts them.
-            victims = set(plan.rewrite)
-            drained = [0, 0]  # files, bytes
-            try:
-                result = rewrite(
-                    store, plan.rewrite, lambda: self._reclaim_emptied(victims, drained)
-                )
-            except BaseException:
-                # The files deleted so far are gone all the same: the totals count them.
-                gone = CompactionReport(
-                    files_deleted=deleted + drained[0], bytes_reclaimed=freed + drained[1]
-                )
-                self.totals = self.totals.plus(gone)
-                raise
-            self._damaged.update(result.skipped)
-            rewritten, copied = result.files_rewritten, result.bytes_copied
-            deleted += result.files_deleted + drained[0]
-            freed += result.bytes_reclaimed + drained[1]
-        more_deleted, more_freed = self._reclaim_all(threshold, limit)
+        try:
+            done[0], done[1] = finish_deletions(store)
+            self._seal_sparse_head(threshold, idle)
+            limit, hard = self._budget(budget)
+            self._reclaim_all(threshold, limit, done)
+            limit, hard = self._budget(budget)  # deletions made room
+            plan = self._plan(threshold, limit, hard=hard, read_files=read_files, defer=defer)
+            if plan.rewrite:
+                # Files drained while the victims are read go at once, not after
+                # the pass (under a fast drain, a pass that takes a second would
+                # otherwise leave a second's worth of drained files on disk). They
+                # are this pass's deletions: its report counts them.
+                victims = set(plan.rewrite)
+                result = rewrite(store, plan.rewrite, lambda: self._reclaim_emptied(victims, done))
+                self._damaged.update(result.skipped)
+                rewritten, copied = result.files_rewritten, result.bytes_copied
+                done[0] += result.files_deleted
+                done[1] += result.bytes_reclaimed
+            self._reclaim_all(threshold, limit, done)
+        except BaseException as e:
+            # The files deleted so far are gone all the same: the totals count
+            # them, and those a failed deletion removed before it failed.
+            gone = CompactionReport(files_deleted=done[0], bytes_reclaimed=done[1])
+            if isinstance(e, DeletionFailed):
+                gone = _plus(gone, e.done)
+            self.totals = self.totals.plus(gone)
+            raise
         if idle:
             self._give_back_head_space()
         report = CompactionReport(
-            files_deleted=deleted + more_deleted,
+            files_deleted=done[0],
             files_rewritten=rewritten,
             bytes_copied=copied,
-            bytes_reclaimed=freed + more_freed,
+            bytes_reclaimed=done[1],
             seconds=time.monotonic() - started,
         )
         self.totals = self.totals.plus(report, passes=1)
@@ -334,6 +333,9 @@ class Compactor:
         except (ClosedError, IndexFailedError):
             raise  # the caller stops background work
         except Error as e:
+            if isinstance(e, DeletionFailed):  # those deleted before it failed
+                done[0] += e.done.files_deleted
+                done[1] += e.done.bytes_reclaimed
             self._deletion_failures.failed(e)  # the files stay retired; retried later
             return 0
         else:
@@ -352,7 +354,10 @@ class Compactor:
         store = self._store
         try:
             files, freed = finish_deletions(store)
-        except Error:
+        except Error as e:
+            if isinstance(e, DeletionFailed):  # those deleted before it failed
+                done[0] += e.done.files_deleted
+                done[1] += e.done.bytes_reclaimed
             return  # raised by the next pass, which says why
         done[0] += files
         done[1] += freed
@@ -462,4 +467,13 @@ def _view(account: FileAccount, age: float, active: bool) -> policy.FileView:
         account.needed_marks,
         age,
         active,
+    )
+
+
+def _plus(a: CompactionReport, b: CompactionReport) -> CompactionReport:
+    return CompactionReport(
+        a.files_deleted + b.files_deleted,
+        a.files_rewritten + b.files_rewritten,
+        a.bytes_copied + b.bytes_copied,
+        a.bytes_reclaimed + b.bytes_reclaimed,
     )
