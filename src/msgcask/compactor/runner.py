@@ -304,9 +304,9 @@ class Compactor:
             # The files deleted so far are gone all the same: the totals count
             # them, and those a failed deletion removed before it failed.
             gone = CompactionReport(files_deleted=done[0], bytes_reclaimed=done[1])
-            if isinstance(e, DeletionFailed):
-                gone = _plus(gone, e.done)
             self.totals = self.totals.plus(gone)
+            if isinstance(e, DeletionFailed):
+                self.totals = self.totals.plus(e.done)
             raise
         if idle:
             self._give_back_head_space()
@@ -333,9 +333,7 @@ class Compactor:
         except (ClosedError, IndexFailedError):
             raise  # the caller stops background work
         except Error as e:
-            if isinstance(e, DeletionFailed):  # those deleted before it failed
-                done[0] += e.done.files_deleted
-                done[1] += e.done.bytes_reclaimed
+            _count_deleted_before(e, done)
             self._deletion_failures.failed(e)  # the files stay retired; retried later
             return 0
         else:
@@ -355,9 +353,7 @@ class Compactor:
         try:
             files, freed = finish_deletions(store)
         except Error as e:
-            if isinstance(e, DeletionFailed):  # those deleted before it failed
-                done[0] += e.done.files_deleted
-                done[1] += e.done.bytes_reclaimed
+            _count_deleted_before(e, done)
             return  # raised by the next pass, which says why
         done[0] += files
         done[1] += freed
@@ -470,10 +466,9 @@ def _view(account: FileAccount, age: float, active: bool) -> policy.FileView:
     )
 
 
-def _plus(a: CompactionReport, b: CompactionReport) -> CompactionReport:
-    return CompactionReport(
-        a.files_deleted + b.files_deleted,
-        a.files_rewritten + b.files_rewritten,
-        a.bytes_copied + b.bytes_copied,
-        a.bytes_reclaimed + b.bytes_reclaimed,
-    )
+def _count_deleted_before(error: Error, done: list[int]) -> None:
+    """Add to ``done`` (files, bytes) the files a failed deletion removed
+    before it failed: they are gone all the same."""
+    if isinstance(error, DeletionFailed):
+        done[0] += error.done.files_deleted
+        done[1] += error.done.bytes_reclaimed
