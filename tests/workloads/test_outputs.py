@@ -138,6 +138,34 @@ def test_bench_rejects_bad_values_before_running(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        # 1,000 bodies of the size mix average about 4.3 MB, whatever the smallest.
+        (
+            ["steady", "--size-mix", "--batch", "1000"],
+            "a batch of 1000 bodies of the size mix",
+        ),
+        # Each round's 248 high-priority messages are one batch; some make a record of
+        # more than a data file, though they average about one.
+        (
+            ["priority-pin", "--size-mix", "--batch", "100000"],
+            "a batch of 248 bodies of the size mix",
+        ),
+    ],
+)
+def test_bench_refuses_a_size_mix_batch_too_big_for_a_data_file_before_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], says: str
+) -> None:
+    monkeypatch.setattr(runner, "run_workload", _must_not_run)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(bench, [*args, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert says in result.output
+    assert "does not fit in a data file of 1048576 bytes" in result.output
+    assert not out.exists()
+
+
 def _must_not_run(*args: object, **kwargs: object) -> None:
     raise AssertionError("the workload ran: the bad input should have been refused first")
 

@@ -6,7 +6,15 @@ import math
 
 import pytest
 
-from msgcask.workloads.config import RunConfig
+from msgcask.store import codec
+from msgcask.workloads.batches import (
+    SKIP_HEADERS,
+    largest_batch,
+    put_calls,
+    put_ranges,
+    skip_headers,
+)
+from msgcask.workloads.config import BENCH_QUEUE, MiB, RunConfig
 from msgcask.workloads.payload import Payloads, index_of
 from msgcask.workloads.recorder import (
     GET_ACK,
@@ -98,7 +106,7 @@ def test_config_refuses_a_batch_that_cannot_fit_in_a_data_file() -> None:
     # msgcask writes a batch as one record: 1,000 bodies of 1 KiB never fit in 1 MiB.
     with pytest.raises(ValueError, match=r"a batch of 1000 bodies of 1024 bytes .* lower --batch"):
         RunConfig(batch=1000, messages=2000)
-    with pytest.raises(ValueError, match=r"a batch of 2000 bodies of 512 bytes"):
+    with pytest.raises(ValueError, match=r"a batch of 2000 bodies of the size mix"):
         RunConfig(workload="deep-queue", batch=2000, size_mix=True)  # even the smallest
     # What can fit is taken: a batch just under the limit, one larger than any call
     # of the run, the size mix's usual batch, and one per producer's share.
@@ -109,6 +117,50 @@ def test_config_refuses_a_batch_that_cannot_fit_in_a_data_file() -> None:
         {"batch": 1000, "messages": 1800, "producers": 2},
     ):
         RunConfig(**kw)
+
+
+@pytest.mark.parametrize(
+    "workload",
+    ["steady", "selector-skip", "priority-pin", "drain-history", "deep-queue"],
+)
+@pytest.mark.parametrize(("producers", "batch"), [(1, 7), (3, 40), (2, 10007)])
+def test_the_largest_batch_is_the_largest_of_the_runs_put_calls(
+    workload: str, producers: int, batch: int
+) -> None:
+    # Against every put call of the run, message by message (a small run).
+    cfg = RunConfig(
+        workload=workload,
+        size_mix=True,
+        seed=3,
+        batch=batch,
+        producers=producers,
+        messages=3001,
+        depth=2500,
+        fill=700,
+        repeat=2,
+        rounds=5,
+        pin_every=7,
+        max_file_size=64 * MiB,
+    )
+    payloads = Payloads(cfg.size, cfg.size_mix, cfg.seed)
+    headers_for = skip_headers(cfg.pin_period)
+    records = [
+        codec.BATCH_RECORD_SIZE
+        + sum(
+            codec.put_record_size(
+                BENCH_QUEUE.encode(),
+                codec.encode_headers(headers_for(i) if workload == "selector-skip" else None),
+                payloads.size_of(i),
+            )
+            for i in call
+        )
+        for indices in put_ranges(cfg, payloads)
+        for call in put_calls(indices, cfg.batch)
+    ]
+    largest = largest_batch(cfg)
+    assert largest is not None
+    headers = len(codec.encode_headers(SKIP_HEADERS)) if workload == "selector-skip" else 0
+    assert max(records) <= largest.record <= max(records) + headers
 
 
 def test_config_takes_the_bounds_themselves() -> None:

@@ -11,9 +11,10 @@ import jsonschema
 import pytest
 from workload_sizes import TINY, Run
 
+from msgcask.store.format import FILE_HEADER_SIZE
 from msgcask.workloads import definitions
-from msgcask.workloads.config import RunConfig
-from msgcask.workloads.definitions import RECORD_OVERHEAD
+from msgcask.workloads.batches import RECORD_OVERHEAD, largest_batch
+from msgcask.workloads.config import MiB, RunConfig
 from msgcask.workloads.result import validate
 from msgcask.workloads.subjects.msgcask_store import MsgcaskSubject
 
@@ -77,6 +78,22 @@ def test_workload_runs_and_counts_add_up(run_tiny: Run, workload: str) -> None:
     assert run["files"]
     assert sum(f["size"] for f in run["files"]) == stats["data_bytes"]
     assert run["bytes_put"] == run["counts"]["put"] * TINY["size"]  # fixed-size bodies
+
+
+def test_a_size_mix_batch_that_just_fits_in_a_data_file_is_taken_and_put(run_tiny: Run) -> None:
+    # The run's largest batch record (of its 6 calls: 2 producers, 3 calls each)
+    # fills a data file to the byte: the run is taken and msgcask puts every batch.
+    # A byte less of data file, and it is refused before it starts.
+    params = {"size_mix": True, "messages": 600, "batch": 100, "producers": 2}
+    largest = largest_batch(RunConfig(workload="steady", **params, max_file_size=MiB))
+    assert largest is not None and largest.count == 100
+    fits = largest.record + FILE_HEADER_SIZE
+    with pytest.raises(ValueError, match=r"a batch of 100 bodies of the size mix .* lower --batch"):
+        RunConfig(workload="steady", **params, max_file_size=fits - 1)
+    doc, _ = run_tiny("steady", peers=[], max_file_size=fits, **params)
+    run = _only_msgcask(doc)
+    assert run["status"] == "ok", run["errors"] + run["notes"]
+    assert run["counts"]["put"] == run["counts"]["acked"] == 600
 
 
 def test_io_written_counts_what_goes_through_the_mapped_write_head(run_tiny: Run) -> None:

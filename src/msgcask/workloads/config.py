@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msgcask.options import Options
-from msgcask.store import codec
 from msgcask.store.format import FILE_HEADER_SIZE, MAX_DELIVERIES_COUNTED
 from msgcask.workloads.payload import SIZE_MIX
 
@@ -94,7 +93,6 @@ class RunConfig:
                 f"bytes with their record's header and headers ({RECORD_ROOM} bytes kept for "
                 "them): lower the size or raise max_file_size"
             )
-        self._check_batch_fits()
         for name in (
             "messages",
             "batch",
@@ -119,6 +117,7 @@ class RunConfig:
             raise ValueError("pin_every must be at least 2")
         if self.rounds is not None and self.rounds < 1:
             raise ValueError("rounds must be at least 1")
+        self._check_batch_fits()
         if self.crash_messages < 0:
             raise ValueError("crash_messages must be at least 0")
         if not 0.0 < self.threshold <= 1.0:
@@ -134,29 +133,29 @@ class RunConfig:
         )
 
     def _check_batch_fits(self) -> None:
-        """msgcask writes a batch as one record, which must fit in a data file: refuse a
-        --batch that cannot fit even with the smallest bodies, before the run rather
-        than in msgcask's first put (the peers' runs then follow a failed one)."""
-        if self.batch <= 1 or self.producers < 1:
-            return  # (producers < 1 is refused below)
-        # The most messages one put call of the run takes: a producer's share of the
-        # largest phase (priority-pin's rounds are sized at run time: left out).
-        count = {
-            "deep-queue": self.depth,
-            "drain-history": max(self.messages, self.fill),
-            "priority-pin": 1,
-        }.get(self.workload, self.messages)
-        per_call = min(self.batch, -(-count // self.producers))
-        smallest = min(s for s, _ in SIZE_MIX) if self.size_mix else self.size
-        record = codec.BATCH_RECORD_SIZE + per_call * codec.put_record_size(
-            BENCH_QUEUE.encode(), b"", smallest
-        )
-        if record > self.max_file_size - FILE_HEADER_SIZE:
-            raise ValueError(
-                f"a batch of {per_call} bodies of {smallest} bytes is one msgcask record of "
-                f"{record} bytes, which does not fit in a data file of {self.max_file_size} "
-                "bytes: lower --batch or raise --max-file-size"
+        """msgcask writes a batch as one record, which must fit in a data file: refuse,
+        before the run rather than in the middle of msgcask's (the peers' runs then
+        follow a failed one), a --batch whose largest put call of the run does not."""
+        # The runner's own slicing of the run into put calls; it imports this module.
+        from msgcask.workloads.batches import high_per_round, largest_batch
+
+        largest = largest_batch(self)
+        if largest is None or largest.record <= self.max_file_size - FILE_HEADER_SIZE:
+            return
+        if self.size_mix:
+            bodies = f"bodies of the size mix ({largest.body_bytes} bytes in all, seed {self.seed})"
+        else:
+            bodies = f"bodies of {self.size} bytes"
+        lower = "lower --batch or raise --max-file-size"
+        if self.workload == "priority-pin":  # its rounds grow with the data files
+            lower = (
+                f"lower --batch (a round puts {high_per_round(self)} high-priority messages, "
+                "about a data file of them)"
             )
+        raise ValueError(
+            f"a batch of {largest.count} {bodies} is one msgcask record of {largest.record} "
+            f"bytes, which does not fit in a data file of {self.max_file_size} bytes: {lower}"
+        )
 
     def _check_seconds(self) -> None:
         # NaN passes every comparison and infinity reaches the JSON (neither is valid

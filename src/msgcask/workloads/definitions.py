@@ -18,6 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgcask.workloads.batches import (
+    drain_history_span,
+    high_per_round,
+    pin_round,
+    producer_shares,
+    put_calls,
+    skip_headers,
+)
 from msgcask.workloads.config import RunConfig
 from msgcask.workloads.payload import Payloads, index_of
 from msgcask.workloads.recorder import GET_ACK, PUT, OpLog, Recorder, summarize
@@ -45,7 +53,6 @@ REQUIRES: dict[str, frozenset[str]] = {
 LOW, HIGH, NORMAL = 0, 9, 4
 POLL = 0.05  # seconds a consumer waits for a put before looking again
 IDLE_LIMIT = 30.0  # a consumer idle this long after the producers finished gives up
-RECORD_OVERHEAD = 64  # rough per-message bytes beyond the body, to size a round
 
 
 def missing_capabilities(workload: str, capabilities: frozenset[str]) -> list[str]:
@@ -159,10 +166,9 @@ def produce(
 ) -> None:
     """Put ``indices`` in batches of ``cfg.batch``; time each call."""
     subject, payloads, batch = ctx.subject, ctx.payloads, ctx.cfg.batch
-    for k in range(0, len(indices), batch):
+    for chunk in put_calls(indices, batch):
         if ctx.stop.is_set():
             raise StopRun
-        chunk = indices[k : k + batch]  # a range: no list of every index up front
         bodies = [payloads.body(i) for i in chunk]
         start = time.perf_counter()
         if batch == 1:
@@ -188,12 +194,10 @@ def producers(
     depth_logs: list[list[array[float]]] | None = None,
 ) -> list[tuple[str, Callable[[], None]]]:
     """``cfg.producers`` workers sharing [start, stop) in strides."""
-    n = ctx.cfg.producers
     out: list[tuple[str, Callable[[], None]]] = []
-    for p in range(n):
+    for p, rng in enumerate(producer_shares(start, stop, ctx.cfg.producers)):
         log = rec.log(PUT)
         dl = depth_logs[p] if depth_logs is not None else None
-        rng = range(start + p, stop, n)
         out.append(
             (f"producer-{p}", functools.partial(produce, ctx, log, rng, headers_for, NORMAL, dl))
         )
@@ -373,27 +377,17 @@ def run_selector_skip(ctx: Context) -> None:
     skipped = n // period
     ctx.counts["skipped"] = skipped
 
-    def headers_for(i: int) -> dict[str, str] | None:
-        return {"skip": "1"} if i % period == period - 1 else None
-
     def selector(headers: dict[str, str] | None) -> bool:
         return not headers or "skip" not in headers
 
-    produce_and_consume(ctx, "main", 0, n, n - skipped, headers_for, selector)
-
-
-def high_per_round(cfg: RunConfig) -> int:
-    """High-priority messages per round of priority-pin: about one data file of them
-    (at the mean body size, the size mix's included)."""
-    mean = Payloads(cfg.size, cfg.size_mix, cfg.seed).mean_size
-    return max(1, int(cfg.max_file_size // (mean + RECORD_OVERHEAD)))
+    produce_and_consume(ctx, "main", 0, n, n - skipped, skip_headers(period), selector)
 
 
 def run_priority_pin(ctx: Context) -> None:
     """Per round: 1 low-priority message, then about one data file of high-priority ones;
     the consumer takes as many as there were high ones, so every low one stays."""
     cfg, subject = ctx.cfg, ctx.subject
-    per_round = high_per_round(cfg)
+    per_round = high_per_round(cfg, ctx.payloads)
     ctx.phases["priority_pin"] = {
         "high_per_round": per_round,
         "rounds": cfg.pin_rounds,
@@ -406,15 +400,15 @@ def run_priority_pin(ctx: Context) -> None:
     ready, taken = threading.Semaphore(0), threading.Semaphore(1)
 
     def producer() -> None:
-        i, ok = 0, False
+        ok = False
         try:
-            for _ in range(cfg.pin_rounds):
+            for r in range(cfg.pin_rounds):
                 taken.acquire()
                 if ctx.stop.is_set():
                     raise StopRun
-                produce(ctx, put_log, range(i, i + 1), priority=LOW)
-                produce(ctx, put_log, range(i + 1, i + 1 + per_round), priority=HIGH)
-                i += 1 + per_round
+                low, high = pin_round(r, per_round)
+                produce(ctx, put_log, low, priority=LOW)
+                produce(ctx, put_log, high, priority=HIGH)
                 ready.release()
             ok = True
         finally:
@@ -461,15 +455,14 @@ def run_priority_pin(ctx: Context) -> None:
 def run_drain_history(ctx: Context) -> None:
     """Steady on a fresh store, R x (fill M, drain M), steady again; compare the two."""
     cfg, n, m = ctx.cfg, ctx.cfg.messages, ctx.cfg.fill
-    fresh = produce_and_consume(ctx, "fresh", 0, n, n)
-    base = n
+    fresh = produce_and_consume(ctx, "fresh", *drain_history_span(cfg, 0), n)
     drains: list[dict[str, Any]] = []
     for r in range(cfg.repeat):
         if ctx.stop.is_set():
             return
-        produce_and_consume(ctx, f"fill-{r}", base, base + m, 0, with_consumers=False)
+        fill = drain_history_span(cfg, r + 1)
+        produce_and_consume(ctx, f"fill-{r}", *fill, 0, with_consumers=False)
         produce_and_consume(ctx, f"drain-{r}", 0, 0, m, with_producers=False)
-        base += m
         stats = ctx.subject.store_stats() or {}
         drain: dict[str, Any] = {
             "round": r,
@@ -483,7 +476,7 @@ def run_drain_history(ctx: Context) -> None:
             drain["data_files_settled"] = (ctx.subject.store_stats() or {}).get("data_files")
             drain["disk_bytes_settled"] = ctx.subject.disk_bytes()
         drains.append(drain)
-    after = produce_and_consume(ctx, "after_history", base, base + n, n)
+    after = produce_and_consume(ctx, "after_history", *drain_history_span(cfg, cfg.repeat + 1), n)
     ctx.phases["drain_history"] = {
         "fresh": phase_summary(fresh),
         "after_history": phase_summary(after),

@@ -41,6 +41,11 @@ class Payloads:
         return i.to_bytes(INDEX_BYTES, "big") + self._filler[: self.size_of(i) - INDEX_BYTES]
 
     @property
+    def period(self) -> int:
+        """Body sizes repeat every ``period`` messages: size_of(i + period) == size_of(i)."""
+        return _MIX_TABLE_LEN if self._sizes is not None else 1
+
+    @property
     def mean_size(self) -> float:
         """Average body size (for sizing rounds of priority-pin)."""
         if self._sizes is not None:

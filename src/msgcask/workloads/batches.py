@@ -1,0 +1,242 @@
+"""Which messages go into each put call of a run, and the largest batch record it makes.
+
+The workloads put through these functions (``producer_shares``, ``put_calls``,
+``pin_round``, ``drain_history_span``, ``skip_headers``), and ``largest_batch``
+reads the same ranges before the run: msgcask writes a ``put_many`` batch as one
+record, which must fit in one data file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from msgcask.store import codec
+from msgcask.workloads.config import BENCH_QUEUE
+from msgcask.workloads.payload import Payloads
+
+if TYPE_CHECKING:
+    from msgcask.workloads.config import RunConfig
+
+RECORD_OVERHEAD = 64  # rough per-message bytes beyond the body, to size a round
+
+# The headers selector-skip puts on the messages its consumers skip; no other
+# workload puts headers (dlq-heavy's dead-letter copies are the store's own records).
+SKIP_HEADERS = {"skip": "1"}
+
+
+def skip_headers(period: int) -> Callable[[int], dict[str, str] | None]:
+    """selector-skip's headers of message ``i``: one in ``period`` is to be skipped."""
+
+    def headers_for(i: int) -> dict[str, str] | None:
+        return SKIP_HEADERS if i % period == period - 1 else None
+
+    return headers_for
+
+
+def producer_shares(start: int, stop: int, producers: int) -> list[range]:
+    """The messages of [start, stop) each of ``producers`` producers puts, in strides."""
+    return [range(start + p, stop, producers) for p in range(producers)]
+
+
+def put_calls(indices: range, batch: int) -> Iterator[range]:
+    """The messages of each put call a producer makes for ``indices``, in order."""
+    for k in range(0, len(indices), batch):
+        yield indices[k : k + batch]  # a range: no list of every index up front
+
+
+def pin_round(r: int, per_round: int) -> tuple[range, range]:
+    """priority-pin's round ``r``: its low-priority message, then its high ones."""
+    i = r * (per_round + 1)
+    return range(i, i + 1), range(i + 1, i + 1 + per_round)
+
+
+def drain_history_span(cfg: RunConfig, phase: int) -> tuple[int, int]:
+    """[start, stop) of the messages of drain-history's put phase ``phase``: 0 is
+    "fresh", 1 to R the fills, R + 1 "after_history"."""
+    n, m, repeat = cfg.messages, cfg.fill, cfg.repeat
+    if phase == 0:
+        return 0, n
+    if phase <= repeat:
+        start = n + (phase - 1) * m
+        return start, start + m
+    start = n + repeat * m
+    return start, start + n
+
+
+def high_per_round(cfg: RunConfig, payloads: Payloads | None = None) -> int:
+    """High-priority messages per round of priority-pin: about one data file of them
+    (at the mean body size, the size mix's included)."""
+    mean = (payloads or Payloads(cfg.size, cfg.size_mix, cfg.seed)).mean_size
+    return max(1, int(cfg.max_file_size // (mean + RECORD_OVERHEAD)))
+
+
+def put_ranges(cfg: RunConfig, payloads: Payloads) -> Iterator[range]:
+    """The index ranges one producer passes to ``produce`` in a run of ``cfg``, but
+    the rounds (priority-pin) and fills (drain-history) whose messages sit a multiple
+    of ``payloads.period`` after an earlier one's: they repeat its body sizes."""
+    if cfg.workload == "priority-pin":  # one producer, whatever cfg.producers
+        per_round = high_per_round(cfg, payloads)
+        for r in range(min(cfg.pin_rounds, payloads.period)):
+            yield from pin_round(r, per_round)
+        return
+    if cfg.workload == "deep-queue":
+        spans = [(0, cfg.depth)]
+    elif cfg.workload == "drain-history":
+        phases = [*range(1 + min(cfg.repeat, payloads.period)), cfg.repeat + 1]
+        spans = [drain_history_span(cfg, phase) for phase in phases]
+    else:
+        spans = [(0, cfg.messages)]
+    for start, stop in spans:
+        yield from producer_shares(start, stop, cfg.producers)
+
+
+def batch_record_size(count: int, body_bytes: int, headed: int = 0) -> int:
+    """The size of the record msgcask writes for a batch of ``count`` messages to the
+    bench queue, with ``body_bytes`` of bodies in all, ``headed`` of them with
+    SKIP_HEADERS (a PUT record's size is its overhead plus its body's length)."""
+    queue = BENCH_QUEUE.encode()
+    plain = codec.put_record_size(queue, b"", 0)
+    with_headers = codec.put_record_size(queue, codec.encode_headers(SKIP_HEADERS), 0)
+    return codec.BATCH_RECORD_SIZE + (count - headed) * plain + headed * with_headers + body_bytes
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A put call of a run: how many messages, their bodies' bytes, its record's size."""
+
+    count: int
+    body_bytes: int
+    record: int
+
+
+def largest_batch(cfg: RunConfig) -> Batch | None:
+    """The put call of ``cfg``'s run that makes the largest msgcask batch record
+    (None if the run puts one message a call). Body sizes repeat every
+    ``Payloads.period`` messages, so two calls of as many messages, the same step
+    apart, whose first messages are the period apart have the same bodies' bytes: this
+    looks at each place in the period where a call starts, in time bounded by the
+    period and the number of ranges, not by the messages.
+    selector-skip's headers are counted exactly in a range's last call and as the most
+    any other call of the range can have, so its largest record may come out one
+    message's headers over the real one."""
+    if cfg.batch <= 1:
+        return None
+    payloads = Payloads(cfg.size, cfg.size_mix, cfg.seed)
+    period, batch = payloads.period, cfg.batch
+    sizes = [payloads.size_of(i) for i in range(period)]
+    skip_period = cfg.pin_period if cfg.workload == "selector-skip" else None
+    calls: list[tuple[int, int, int]] = []  # (count, body bytes, headed) of calls looked at
+    strided: dict[int, _StridedSums] = {}
+
+    def sums_of(step: int) -> _StridedSums:
+        if step not in strided:
+            strided[step] = _StridedSums(sizes, step)
+        return strided[step]
+
+    # The full calls of a range start at its start, then every batch * step messages:
+    # grouped by step and by the most SKIP_HEADERS one of them can have.
+    full_calls: dict[tuple[int, int], list[range]] = {}
+    for indices in put_ranges(cfg, payloads):
+        full, rest = divmod(len(indices), batch)
+        if full:
+            headed = _most_headed(indices, batch, skip_period) if skip_period else 0
+            full_calls.setdefault((indices.step, headed), []).append(indices)
+        if rest:  # the last call, shorter
+            last = indices[full * batch :]
+            headed = _headed(last, skip_period) if skip_period else 0
+            calls.append((rest, sums_of(last.step).total(last.start % period, rest), headed))
+    for (step, headed), ranges in full_calls.items():
+        sums = sums_of(step)
+        starts = _Cycles(period, step * batch)
+        covered = [0] * (period + 1)  # a difference array over the slots of ``starts``
+        for indices in ranges:
+            starts.cover(covered, indices.start % period, len(indices) // batch)
+        running = 0
+        for slot in range(period):
+            running += covered[slot]
+            if running:
+                calls.append((batch, sums.total(starts.at[slot], batch), headed))
+    best: Batch | None = None
+    for count, body_bytes, headed in calls:
+        record = batch_record_size(count, body_bytes, headed)
+        if best is None or record > best.record:
+            best = Batch(count, body_bytes, record)
+    return best
+
+
+def _headed(call: range, period: int) -> int:
+    """How many messages of ``call`` have SKIP_HEADERS (i % period == period - 1)."""
+    g = math.gcd(call.step, period)
+    wanted = (period - 1 - call.start) % period  # call.step * t must be this, mod period
+    if wanted % g:
+        return 0
+    every = period // g
+    first = wanted // g * pow(call.step // g, -1, every) % every
+    return 0 if first >= len(call) else 1 + (len(call) - 1 - first) // every
+
+
+def _most_headed(indices: range, count: int, period: int) -> int:
+    """The most messages with SKIP_HEADERS among ``count`` messages in a row of
+    ``indices`` (at most one more than the fewest)."""
+    if _headed(indices[:period], period) == 0:  # the step never reaches them
+        return 0
+    every = period // math.gcd(indices.step, period)
+    return -(-count // every)
+
+
+class _Cycles:
+    """The cycles of x -> (x + step) % period over 0 .. period - 1, laid end to end:
+    ``slot[x]`` is where x is, ``at[slot]`` the x there; every cycle is as long."""
+
+    def __init__(self, period: int, step: int) -> None:
+        self.count = math.gcd(step, period)  # gcd(0, period) == period: cycles of one
+        self.length = period // self.count
+        self.slot = [0] * period
+        self.at = [0] * period
+        for c in range(self.count):
+            x = c
+            for k in range(self.length):
+                self.slot[x] = c * self.length + k
+                self.at[c * self.length + k] = x
+                x = (x + step) % period
+
+    def cover(self, covered: list[int], x: int, n: int) -> None:
+        """Mark (in ``covered``, a difference array over the slots) the first ``n``
+        values from x along its cycle, which go round it once at most."""
+        n = min(n, self.length)
+        slot = self.slot[x]
+        first = slot - slot % self.length
+        end = slot + n
+        covered[slot] += 1
+        if end <= first + self.length:
+            covered[end] -= 1
+        else:  # round the end of the cycle to its first slot
+            covered[first + self.length] -= 1
+            covered[first] += 1
+            covered[end - self.length] -= 1
+
+
+class _StridedSums:
+    """Sums of ``sizes`` (cyclic) over runs of values ``step`` apart, in constant time."""
+
+    def __init__(self, sizes: list[int], step: int) -> None:
+        self.cycles = _Cycles(len(sizes), step)
+        length = self.cycles.length
+        self.prefix: list[list[int]] = []
+        for c in range(self.cycles.count):
+            along = [sizes[x] for x in self.cycles.at[c * length : (c + 1) * length]]
+            prefix = [0]
+            for size in along + along:
+                prefix.append(prefix[-1] + size)
+            self.prefix.append(prefix)
+
+    def total(self, x: int, n: int) -> int:
+        """sizes[x] + sizes[x + step] + ... , n of them (indices mod the period)."""
+        length = self.cycles.length
+        c, k = divmod(self.cycles.slot[x], length)
+        prefix = self.prefix[c]
+        rounds, rest = divmod(n, length)
+        return rounds * prefix[length] + prefix[k + rest] - prefix[k]
