@@ -642,60 +642,47 @@ class TestAckNack:
         assert snapshot(store, store_path) == before
         q.ack(m)
 
-    @pytest.mark.parametrize("bad_id", [1.0, True], ids=["float", "bool"])
-    def test_a_message_whose_id_is_no_int_is_refused(
+    @pytest.mark.parametrize(
+        ("field", "bad"),
+        [
+            ("id", 1.0),
+            ("id", True),
+            *(("deliveries", bad) for bad in ("1", None, b"1", True, 1.0)),
+        ],
+        ids=[
+            "id-float",
+            "id-bool",
+            *(f"deliveries-{n}" for n in ("str", "none", "bytes", "bool", "float")),
+        ],
+    )
+    def test_a_message_whose_id_or_deliveries_is_no_int_is_refused_as_such(
         self,
         seeded: tuple[msgcask.Store, Any],
         store_path: Path,
         snapshot: Snapshot,
-        bad_id: object,
+        field: str,
+        bad: object,
     ) -> None:
-        # A plain Message is taken at its word, but an id that only equals an int
-        # finds the delivered message: a float's ACK record cannot be encoded (a
-        # struct.error, once a transaction made its new queue), a bool is taken for 1.
+        # A plain Message is taken at its word, but a value that only equals an int
+        # would pass: an id equal to a delivered message's finds it (a float's ACK
+        # record cannot be encoded, a bool is taken for 1), and a delivery count
+        # equal to the one held is taken for it. Not "delivered again since" either.
         store, q = seeded
         m, one = q.get(block=False), q.get(block=False)
-        assert one.id == 1  # the id both bad ones equal
-        fake = msgcask.Message(*one)._replace(id=bad_id)
+        assert (one.id, one.deliveries) == (1, 1)  # what the bad ones equal
+        fake = msgcask.Message(*one)._replace(**{field: bad})
+        says = f"{field} must be an int"
         before = snapshot(store, store_path)
         for call in (q.ack, q.nack):
-            with pytest.raises(TypeError, match="id must be an int"):
+            with pytest.raises(TypeError, match=says):
                 call(fake)
-        with pytest.raises(TypeError, match="id must be an int"):
+        with pytest.raises(TypeError, match=says):
             with store.transaction() as tx:
                 tx.put("a-new-queue", b"should not appear")
                 tx.ack(fake)
         assert snapshot(store, store_path) == before
         q.ack(m)
         q.ack(one)
-
-    @pytest.mark.parametrize(
-        "bad", ["1", None, b"1", True, 1.0], ids=["str", "none", "bytes", "bool", "float"]
-    )
-    def test_a_message_whose_deliveries_is_no_int_is_refused_as_such(
-        self,
-        seeded: tuple[msgcask.Store, Any],
-        store_path: Path,
-        snapshot: Snapshot,
-        bad: object,
-    ) -> None:
-        # Not "delivered again since": the message was delivered once, and the
-        # Message handed back says so in a type that no count can have (True and
-        # 1.0 only equal that count).
-        store, q = seeded
-        m = q.get(block=False)
-        assert m.deliveries == 1
-        fake = msgcask.Message(*m)._replace(deliveries=bad)
-        before = snapshot(store, store_path)
-        for call in (q.ack, q.nack):
-            with pytest.raises(TypeError, match="deliveries must be an int"):
-                call(fake)
-        with pytest.raises(TypeError, match="deliveries must be an int"):
-            with store.transaction() as tx:
-                tx.put("a-new-queue", b"should not appear")
-                tx.ack(fake)
-        assert snapshot(store, store_path) == before
-        q.ack(m)
 
     def test_a_transaction_whose_commit_failed_says_so_when_used_again(
         self, seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot
