@@ -13,8 +13,9 @@ from workload_sizes import TINY, Run
 
 from msgcask.store.format import FILE_HEADER_SIZE
 from msgcask.workloads import definitions
-from msgcask.workloads.batches import RECORD_OVERHEAD, largest_batch
+from msgcask.workloads.batches import RECORD_OVERHEAD, largest_batch, put_calls, put_ranges
 from msgcask.workloads.config import MiB, RunConfig
+from msgcask.workloads.payload import Payloads, index_of
 from msgcask.workloads.result import validate
 from msgcask.workloads.subjects.msgcask_store import MsgcaskSubject
 
@@ -94,6 +95,32 @@ def test_a_size_mix_batch_that_just_fits_in_a_data_file_is_taken_and_put(run_tin
     run = _only_msgcask(doc)
     assert run["status"] == "ok", run["errors"] + run["notes"]
     assert run["counts"]["put"] == run["counts"]["acked"] == 600
+
+
+@pytest.mark.parametrize(
+    "workload", ["steady", "selector-skip", "priority-pin", "drain-history", "deep-queue"]
+)
+def test_the_put_calls_a_run_makes_are_the_ones_its_batch_check_reads(
+    run_tiny: Run, monkeypatch: pytest.MonkeyPatch, workload: str
+) -> None:
+    # The check before a run (largest_batch) reads batches.put_ranges: a run that
+    # sliced its messages otherwise could put a batch the check never saw.
+    calls: list[tuple[int, ...]] = []
+    real_put_many = MsgcaskSubject.put_many
+
+    def put_many(self: MsgcaskSubject, bodies: Any, *args: Any, **kwargs: Any) -> None:
+        calls.append(tuple(index_of(b) for b in bodies))
+        real_put_many(self, bodies, *args, **kwargs)
+
+    monkeypatch.setattr(MsgcaskSubject, "put_many", put_many)
+    params = {"size_mix": True, "batch": 7, "producers": 2, "rounds": 3, "crash_messages": 0}
+    params["max_file_size"] = MiB  # room for a round of the size mix's bodies
+    doc, _ = run_tiny(workload, peers=[], compaction="off", **params)
+    assert _only_msgcask(doc)["status"] == "ok"
+    cfg = RunConfig(workload=workload, **{**TINY, **params})
+    payloads = Payloads(cfg.size, cfg.size_mix, cfg.seed)
+    read = [tuple(c) for r in put_ranges(cfg, payloads) for c in put_calls(r, cfg.batch)]
+    assert sorted(calls) == sorted(read)
 
 
 def test_io_written_counts_what_goes_through_the_mapped_write_head(run_tiny: Run) -> None:
