@@ -1144,6 +1144,8 @@ class Store:
     # -- queue operations (called by Queue) ------------------------------------------
 
     def _put(self, name: str, body: bytes, headers: dict[str, str] | None, priority: int) -> int:
+        if self.options.max_store_size is None:  # no room to wait or retry for
+            return self._put_once(name, body, headers, priority)
         return self._making_room(lambda: self._put_once(name, body, headers, priority))
 
     def _making_room(self, write: Callable[[], _T]) -> _T:
@@ -1280,6 +1282,8 @@ class Store:
         """Write puts and acks as one all-or-nothing batch; return the new ids.
         ``delivered``: the Messages among the acks (a transaction's), checked
         again here since each may have been delivered again after its ``ack``."""
+        if self.options.max_store_size is None:  # no room to wait or retry for
+            return self._write_batch_once(puts, acks, delivered)
         delivered = list(delivered)  # looked at again if the batch is tried again
         return self._making_room(lambda: self._write_batch_once(puts, acks, delivered))
 
