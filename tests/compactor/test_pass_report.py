@@ -1,4 +1,10 @@
-"""A pass's report counts every file the pass deleted, in the right column.
+"""Files drained while a pass reads its victims go at once, and a pass's report
+counts every file the pass deleted, in the right column.
+
+Under a fast drain a pass that rewrites several victims can take a second or
+more; files whose last message is consumed meanwhile must not wait for the
+pass to end (the space bound is checked while the drain goes on). The pass
+deletes them after each victim it reads, leaving its own victims alone.
 
 ``files_deleted`` counts files deleted whole without copying, ``files_rewritten``
 files copied out and deleted, and ``bytes_reclaimed`` is what the data files
@@ -69,6 +75,27 @@ def _drained_while_the_victims_are_read(
 
     monkeypatch.setattr(needed, "find_by_id", first_victim_read)
     return drained
+
+
+def test_a_file_drained_during_the_rewrite_is_gone_before_the_copy_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s"
+    with msgcask.open(path, **QUIET) as store:
+        drained = _drained_while_the_victims_are_read(store, monkeypatch)
+        on_disk_when_written: list[bool] = []
+        real_write = rewrite._write_output
+
+        def write_output(s: msgcask.Store, victims: list[int], copies: list[object]) -> object:
+            on_disk_when_written.append(drained in _on_disk(path))
+            return real_write(s, victims, copies)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(rewrite, "_write_output", write_output)
+        report = store.compact(threshold=0.5)
+        assert report.files_rewritten >= 2
+        assert drained not in _on_disk(path)
+        assert on_disk_when_written == [False]
+        assert store.verify() == []
 
 
 def test_a_file_drained_during_the_rewrite_counts_as_deleted(
