@@ -114,57 +114,104 @@ class Batch:
 
 def largest_batch(cfg: RunConfig) -> Batch | None:
     """The put call of ``cfg``'s run that makes the largest msgcask batch record
-    (None if the run puts one message a call). Body sizes repeat every
-    ``Payloads.period`` messages, so two calls of as many messages, the same step
-    apart, whose first messages are the period apart have the same bodies' bytes: this
-    looks at each place in the period where a call starts, in time bounded by the
-    period and the number of ranges, not by the messages.
-    selector-skip's headers are counted exactly in a range's last call and as the most
-    any other call of the range can have, so its largest record may come out one
-    message's headers over the real one."""
+    (None if the run puts one message a call)."""
     if cfg.batch <= 1:
         return None
-    payloads = Payloads(cfg.size, cfg.size_mix, cfg.seed)
-    period, batch = payloads.period, cfg.batch
-    sizes = [payloads.size_of(i) for i in range(period)]
-    skip_period = cfg.pin_period if cfg.workload == "selector-skip" else None
-    calls: list[tuple[int, int, int]] = []  # (count, body bytes, headed) of calls looked at
-    strided: dict[int, _StridedSums] = {}
+    return RunCalls(cfg).largest(cfg.batch)
 
-    def sums_of(step: int) -> _StridedSums:
-        if step not in strided:
-            strided[step] = _StridedSums(sizes, step)
-        return strided[step]
 
-    # The full calls of a range start at its start, then every batch * step messages:
-    # grouped by step and by the most SKIP_HEADERS one of them can have.
-    full_calls: dict[tuple[int, int], list[range]] = {}
-    for indices in put_ranges(cfg, payloads):
-        full, rest = divmod(len(indices), batch)
-        if full:
-            headed = _most_headed(indices, batch, skip_period) if skip_period else 0
-            full_calls.setdefault((indices.step, headed), []).append(indices)
-        if rest:  # the last call, shorter
-            last = indices[full * batch :]
-            headed = _headed(last, skip_period) if skip_period else 0
-            calls.append((rest, sums_of(last.step).total(last.start % period, rest), headed))
-    for (step, headed), ranges in full_calls.items():
-        sums = sums_of(step)
+class RunCalls:
+    """The put calls of a run of ``cfg``, sliced at any batch: its ranges and body sizes.
+
+    Body sizes repeat every ``Payloads.period`` messages, so two calls of as many
+    messages, the same step apart, whose first messages are the period apart have the
+    same bodies' bytes: ``largest`` looks at each place in the period where a call
+    starts, in time bounded by the period and the number of ranges, not by the messages.
+    """
+
+    def __init__(self, cfg: RunConfig) -> None:
+        payloads = Payloads(cfg.size, cfg.size_mix, cfg.seed)
+        self.period = payloads.period
+        self.sizes = [payloads.size_of(i) for i in range(self.period)]
+        self.ranges = [r for r in put_ranges(cfg, payloads) if r]
+        self.skip_period = cfg.pin_period if cfg.workload == "selector-skip" else None
+        self._strided: dict[int, _StridedSums] = {}
+
+    def _sums(self, step: int) -> _StridedSums:
+        if step not in self._strided:
+            self._strided[step] = _StridedSums(self.sizes, step)
+        return self._strided[step]
+
+    def _call(self, call: range) -> tuple[int, int, int]:
+        """(count, bodies' bytes, headed) of one put call, in constant time."""
+        headed = _headed(call, self.skip_period) if self.skip_period else 0
+        return len(call), self._sums(call.step).total(call.start % self.period, len(call)), headed
+
+    def largest(self, batch: int) -> Batch:
+        """The put call that makes the largest record when the run puts ``batch``
+        messages a call."""
+        calls: list[tuple[int, int, int]] = []  # (count, body bytes, headed) looked at
+        # The full calls of a range start at its start, then every batch * step
+        # messages: grouped by step, but selector-skip's by range (their headers differ).
+        full_calls: dict[tuple[int, int], list[range]] = {}
+        for n, indices in enumerate(self.ranges):
+            full, rest = divmod(len(indices), batch)
+            if full:
+                key = (indices.step, n if self.skip_period else 0)
+                full_calls.setdefault(key, []).append(indices)
+            if rest:  # the last call, shorter
+                calls.append(self._call(indices[full * batch :]))
+        for (step, _), ranges in full_calls.items():
+            calls.extend(self._largest_full_calls(step, ranges, batch))
+        count, body_bytes, headed = max(calls, key=lambda c: batch_record_size(*c))
+        return Batch(count, body_bytes, batch_record_size(count, body_bytes, headed))
+
+    def _largest_full_calls(
+        self, step: int, ranges: list[range], batch: int
+    ) -> list[tuple[int, int, int]]:
+        """(count, body bytes, headed) of full calls of ``ranges`` (all of ``step``)
+        among which is the one with the largest record."""
+        period, sums = self.period, self._sums(step)
         starts = _Cycles(period, step * batch)
         covered = [0] * (period + 1)  # a difference array over the slots of ``starts``
         for indices in ranges:
             starts.cover(covered, indices.start % period, len(indices) // batch)
+        bodies: dict[int, int] = {}  # slot -> bodies' bytes of the calls starting there
         running = 0
         for slot in range(period):
             running += covered[slot]
             if running:
-                calls.append((batch, sums.total(starts.at[slot], batch), headed))
-    best: Batch | None = None
-    for count, body_bytes, headed in calls:
-        record = batch_record_size(count, body_bytes, headed)
-        if best is None or record > best.record:
-            best = Batch(count, body_bytes, record)
-    return best
+                bodies[slot] = sums.total(starts.at[slot], batch)
+        most = max(bodies.values())
+        if not self.skip_period:
+            return [(batch, most, 0)]
+        # selector-skip, one range: its calls have the fewest headed messages or one
+        # more, so only a call whose bodies are within one message's headers of the
+        # most can make the largest record; count those calls' headers exactly.
+        (indices,) = ranges
+        extra = batch_record_size(1, 0, 1) - batch_record_size(1, 0, 0)
+        return [
+            (batch, body_bytes, self._most_headed_at(indices, batch, starts, slot))
+            for slot, body_bytes in bodies.items()
+            if body_bytes >= most - extra
+        ]
+
+    def _most_headed_at(self, indices: range, batch: int, starts: _Cycles, slot: int) -> int:
+        """The most SKIP_HEADERS in a full call of ``indices`` starting at ``slot`` of
+        ``starts``: the calls k, k + length, k + 2 * length, ... of the range, whose
+        first messages go round the skip period with a step of length * batch * step."""
+        assert self.skip_period
+        skip_period, length = self.skip_period, starts.length
+        first = (slot - starts.slot[indices.start % self.period]) % length
+        full = len(indices) // batch
+        cycle = skip_period // math.gcd(length * batch * indices.step, skip_period)
+        top = _most_headed(indices, batch, skip_period)
+        most = 0
+        for k in range(first, min(full, first + cycle * length), length):
+            most = max(most, _headed(indices[k * batch : (k + 1) * batch], skip_period))
+            if most == top:
+                break
+        return most
 
 
 def _headed(call: range, period: int) -> int:
