@@ -7,7 +7,9 @@ import math
 import pytest
 
 from msgcask.store import codec
+from msgcask.store.format import FILE_HEADER_SIZE
 from msgcask.workloads.batches import (
+    RunCalls,
     largest_batch,
     put_calls,
     put_ranges,
@@ -103,7 +105,7 @@ def test_config_refuses_numbers_out_of_range(name: str, value: float, says: str)
 
 def test_config_refuses_a_batch_that_cannot_fit_in_a_data_file() -> None:
     # msgcask writes a batch as one record: 1,000 bodies of 1 KiB never fit in 1 MiB.
-    with pytest.raises(ValueError, match=r"a batch of 1000 bodies of 1024 bytes .* lower --batch"):
+    with pytest.raises(ValueError, match=r"a batch of 1000 bodies of 1024 bytes .* is 990, or"):
         RunConfig(batch=1000, messages=2000)
     with pytest.raises(ValueError, match=r"a batch of 2000 bodies of the size mix"):
         RunConfig(workload="deep-queue", batch=2000, size_mix=True)  # even the smallest
@@ -116,6 +118,50 @@ def test_config_refuses_a_batch_that_cannot_fit_in_a_data_file() -> None:
         {"batch": 1000, "messages": 1800, "producers": 2},
     ):
         RunConfig(**kw)
+
+
+def test_a_refused_batch_names_the_largest_smaller_batch_that_fits() -> None:
+    # 3,000 messages of the size mix: batches of 175 to 199 make a record too big for
+    # 1 MiB somewhere in the run, 174 does not; nor does 173 fit (its calls start
+    # elsewhere in the mix), so no bisection would find 174.
+    params = {"messages": 3000, "size_mix": True}
+    with pytest.raises(ValueError, match=r"the largest --batch under 200 that fits is 174, or"):
+        RunConfig(**params, batch=200)
+    calls = RunCalls(RunConfig(**params, batch=174))
+    room = MiB - FILE_HEADER_SIZE
+    assert [b for b in range(173, 200) if calls.largest(b).record <= room] == [174]
+    # Bodies of which no two fit in a data file: only single puts.
+    with pytest.raises(ValueError, match=r"only single puts \(--batch 1\) fit"):
+        RunConfig(size=600_000, batch=2, messages=10)
+    RunConfig(size=600_000, batch=1, messages=10)
+
+
+def test_priority_pin_puts_its_rounds_in_batches_of_at_most_batch() -> None:
+    # A round's high-priority puts are sliced into calls of --batch (the last shorter),
+    # so any --batch works where a round's bodies fit: 500 and more with 1 KiB bodies.
+    for batch in (124, 500, 100_000):
+        RunConfig(workload="priority-pin", batch=batch)
+    payloads = Payloads(1024, False, 0)
+    calls = [
+        list(put_calls(r, 500))
+        for r in put_ranges(RunConfig(batch=500, workload="priority-pin"), payloads)
+    ]
+    assert [len(c) for c in calls[1]] == [500, 463]  # a round of 963 high-priority messages
+
+
+def test_priority_pin_says_when_a_larger_data_file_helps() -> None:
+    # The size mix with seed 0: a batch of 124 bodies can pass 1 MiB, but fits in
+    # 1.5 MiB files, whose rounds are larger; a batch of a whole round (248 bodies,
+    # about a data file of them) may fit in no data file, so that is said instead.
+    mix = {"workload": "priority-pin", "size_mix": True}
+    with pytest.raises(ValueError, match=r"under 124 that fits is 118, or raise --max-file-size"):
+        RunConfig(**mix, batch=124)
+    RunConfig(**mix, batch=124, max_file_size=3 * MiB // 2)
+    with pytest.raises(
+        ValueError, match=r"under 500 that fits is 118 \(a round puts 248 .*fit in none"
+    ):
+        RunConfig(**mix, batch=500)
+    RunConfig(**mix, batch=118)
 
 
 @pytest.mark.parametrize(

@@ -89,7 +89,7 @@ def test_a_size_mix_batch_that_just_fits_in_a_data_file_is_taken_and_put(run_tin
     largest = largest_batch(RunConfig(workload="steady", **params, max_file_size=MiB))
     assert largest is not None and largest.count == 100
     fits = largest.record + FILE_HEADER_SIZE
-    with pytest.raises(ValueError, match=r"a batch of 100 bodies of the size mix .* lower --batch"):
+    with pytest.raises(ValueError, match=r"a batch of 100 bodies of the size mix .* that fits is"):
         RunConfig(workload="steady", **params, max_file_size=fits - 1)
     doc, _ = run_tiny("steady", peers=[], max_file_size=fits, **params)
     run = _only_msgcask(doc)

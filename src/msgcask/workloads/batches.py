@@ -120,6 +120,21 @@ def largest_batch(cfg: RunConfig) -> Batch | None:
     return RunCalls(cfg).largest(cfg.batch)
 
 
+def largest_fitting_batch(cfg: RunConfig, room: int) -> int:
+    """The largest batch under ``cfg.batch`` whose every put call of the run makes a
+    record of at most ``room`` bytes (1: single puts, which make no batch record).
+    A smaller batch need not fit when a larger one does (its calls start elsewhere in
+    the size mix), so this tries each batch down from the largest that can matter."""
+    calls = RunCalls(cfg)
+    # No batch of more messages than a range, or than room for the smallest bodies.
+    smallest = batch_record_size(1, min(calls.sizes)) - codec.BATCH_RECORD_SIZE
+    most = min(cfg.batch - 1, calls.longest, (room - codec.BATCH_RECORD_SIZE) // smallest)
+    for batch in range(most, 1, -1):
+        if calls.first_record(batch) <= room and calls.largest(batch).record <= room:
+            return batch
+    return 1
+
+
 class RunCalls:
     """The put calls of a run of ``cfg``, sliced at any batch: its ranges and body sizes.
 
@@ -134,6 +149,7 @@ class RunCalls:
         self.period = payloads.period
         self.sizes = [payloads.size_of(i) for i in range(self.period)]
         self.ranges = [r for r in put_ranges(cfg, payloads) if r]
+        self.longest = max(len(r) for r in self.ranges)
         self.skip_period = cfg.pin_period if cfg.workload == "selector-skip" else None
         self._strided: dict[int, _StridedSums] = {}
 
@@ -146,6 +162,11 @@ class RunCalls:
         """(count, bodies' bytes, headed) of one put call, in constant time."""
         headed = _headed(call, self.skip_period) if self.skip_period else 0
         return len(call), self._sums(call.step).total(call.start % self.period, len(call)), headed
+
+    def first_record(self, batch: int) -> int:
+        """The record of the longest range's first call: at most the largest's."""
+        longest = next(r for r in self.ranges if len(r) == self.longest)
+        return batch_record_size(*self._call(longest[:batch]))
 
     def largest(self, batch: int) -> Batch:
         """The put call that makes the largest record when the run puts ``batch``

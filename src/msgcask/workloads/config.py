@@ -135,23 +135,33 @@ class RunConfig:
     def _check_batch_fits(self) -> None:
         """msgcask writes a batch as one record, which must fit in a data file: refuse,
         before the run rather than in the middle of msgcask's (the peers' runs then
-        follow a failed one), a --batch whose largest put call of the run does not."""
+        follow a failed one), a --batch whose largest put call of the run does not,
+        naming the largest smaller batch that fits."""
         # The runner's own slicing of the run into put calls; it imports this module.
-        from msgcask.workloads.batches import high_per_round, largest_batch
+        from msgcask.workloads.batches import high_per_round, largest_batch, largest_fitting_batch
 
+        room = self.max_file_size - FILE_HEADER_SIZE
         largest = largest_batch(self)
-        if largest is None or largest.record <= self.max_file_size - FILE_HEADER_SIZE:
+        if largest is None or largest.record <= room:
             return
         if self.size_mix:
             bodies = f"bodies of the size mix ({largest.body_bytes} bytes in all, seed {self.seed})"
         else:
             bodies = f"bodies of {self.size} bytes"
-        lower = "lower --batch or raise --max-file-size"
-        if self.workload == "priority-pin":  # its rounds grow with the data files
-            lower = (
-                f"lower --batch (a round puts {high_per_round(self)} high-priority messages, "
-                "about a data file of them)"
+        fitting = largest_fitting_batch(self, room)
+        lower = f"the largest --batch under {self.batch} that fits is {fitting}"
+        if fitting == 1:
+            lower = "only single puts (--batch 1) fit"
+        per_round = high_per_round(self)
+        if self.workload == "priority-pin" and self.batch >= per_round:
+            # A batch takes a whole round, and rounds grow with the data files.
+            lower += (
+                f" (a round puts {per_round} high-priority messages, about a data file of "
+                "them, in batches of at most --batch: a larger --max-file-size makes "
+                "larger rounds, so a batch of a whole round may fit in none)"
             )
+        else:
+            lower += ", or raise --max-file-size"
         raise ValueError(
             f"a batch of {largest.count} {bodies} is one msgcask record of {largest.record} "
             f"bytes, which does not fit in a data file of {self.max_file_size} bytes: {lower}"
