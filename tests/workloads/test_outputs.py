@@ -296,6 +296,17 @@ def test_summary_reports_the_space_bound_for_msgcask_runs(run_tiny: Run) -> None
     assert "samples_over_bound" not in sqlite_run["space"]
 
 
+def test_the_space_bound_is_left_out_of_a_compaction_off_run(run_tiny: Run) -> None:
+    # priority-pin fills max_store_size: space pressure runs passes even with the
+    # schedule off, but the bound is compaction's (threshold), so it is not checked.
+    doc, _ = run_tiny("priority-pin", peers=[], compaction="off", rounds=24, max_store_size=2**19)
+    (run,) = doc["runs"]
+    assert run["status"] == "ok", run["errors"] + run["notes"]
+    assert run["compaction"]["passes"] > 0  # space pressure's
+    assert not any("bound" in key or "first_pass" in key for key in run["space"])
+    assert "space bound" not in summary(doc)
+
+
 def test_the_reopen_after_kill_9_keeps_its_torn_tail_warning_out_of_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
