@@ -123,7 +123,10 @@ def test_bench_one_cpu_runs_every_thread_on_one_cpu(tmp_path: Path) -> None:
         (["--max-store-size", "infGiB"], "'infGiB' is not a size"),
         (["--rounds", "-3"], "rounds must be at least 1"),
         (["--rounds", "0"], "rounds must be at least 1"),
-        (["--crash-messages", "-1"], "crash_messages must be at least 0"),
+        (["--crash-messages", "-1"], "crash_messages must be 0 to 1000000"),
+        (["--crash-messages", "2000000"], "crash_messages must be 0 to 1000000, not 2000000"),
+        (["--producers", "100000"], "producers must be 1 to 64, not 100000"),
+        (["--consumers", "65"], "consumers must be 1 to 64, not 65"),
         (["-n", "2000", "--batch", "1000"], "does not fit in a data file of 1048576 bytes"),
     ],
 )

@@ -95,7 +95,11 @@ def test_bodies_carry_their_index_and_the_mix_has_three_sizes() -> None:
         ("time_limit", 1e10, "time_limit must be more than 0 and at most 1e"),
         ("rounds", 0, "rounds must be at least 1"),
         ("rounds", -3, "rounds must be at least 1"),
-        ("crash_messages", -1, "crash_messages must be at least 0"),
+        ("crash_messages", -1, "crash_messages must be 0 to 1000000, not -1"),
+        ("crash_messages", 1_000_001, "crash_messages must be 0 to 1000000, not 1000001"),
+        ("producers", 0, "producers must be 1 to 64, not 0"),
+        ("producers", 65, "producers must be 1 to 64, not 65"),
+        ("consumers", 10**6, "consumers must be 1 to 64, not 1000000"),
     ],
 )
 def test_config_refuses_numbers_out_of_range(name: str, value: float, says: str) -> None:
@@ -212,6 +216,7 @@ def test_the_largest_batch_is_the_largest_of_the_runs_put_calls(
 def test_config_takes_the_bounds_themselves() -> None:
     cfg = RunConfig(interval=0.01, time_limit=1e9, rounds=1, crash_messages=0)
     assert cfg.pin_rounds == 1
+    RunConfig(producers=64, consumers=64, crash_messages=1_000_000)
     assert RunConfig(interval=3600).interval == 3600
 
 

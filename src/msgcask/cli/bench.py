@@ -13,10 +13,11 @@ import time
 
 import click
 
-from msgcask.workloads.config import WORKLOAD_NAMES, RunConfig
+from msgcask.workloads.config import MAX_CRASH_MESSAGES, MAX_THREADS, WORKLOAD_NAMES, RunConfig
 
 MiB = 2**20
 DEMO_STEM = "demo-dlq-heavy"  # the demo's result is <out>/demo-dlq-heavy.json
+THREADS_HELP = f"Threads, 1 to {MAX_THREADS}."
 
 
 def _quiet_scheduler_log() -> None:
@@ -168,8 +169,8 @@ def _check_dirs(out_dir: str, workdir: str | None, stem: str) -> None:
     help="Comma-separated peers, 'all' or 'none': sqlite3, persistqueue-ack, "
     "persistqueue-file, litequeue, diskcache-deque.",
 )
-@click.option("--producers", type=int, default=1, show_default=True)
-@click.option("--consumers", type=int, default=1, show_default=True)
+@click.option("--producers", type=int, default=1, show_default=True, help=THREADS_HELP)
+@click.option("--consumers", type=int, default=1, show_default=True, help=THREADS_HELP)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--interval",
@@ -183,7 +184,7 @@ def _check_dirs(out_dir: str, workdir: str | None, stem: str) -> None:
     type=int,
     default=20_000,
     show_default=True,
-    help="Messages the kill -9 child puts before it is killed (0 or more).",
+    help=f"Messages the kill -9 child puts before it is killed, 0 to {MAX_CRASH_MESSAGES}.",
 )
 @click.option(
     "--time-limit",

@@ -35,6 +35,12 @@ RECORD_ROOM = 512
 # width. Each window is a row of the result, so a tiny one made millions of rows.
 MIN_INTERVAL = 0.01
 MAX_INTERVAL = 3600.0
+# The most producer and consumer threads: each is a Python thread sharing the
+# interpreter lock, so past a few dozen a run measures the threads' contention.
+MAX_THREADS = 64
+# The most messages the kill -9 child puts before it is killed: it must fill the
+# store within crash.FILL_TIMEOUT (600 s), about 1,700 puts a second at this bound.
+MAX_CRASH_MESSAGES = 1_000_000
 # The longest --time-limit, seconds (about 31 years, so "1e9" means no limit):
 # threading's waits fail past threading.TIMEOUT_MAX (about 292 years).
 MAX_TIME_LIMIT = 1e9
@@ -100,8 +106,6 @@ class RunConfig:
             "depth",
             "fill",
             "repeat",
-            "producers",
-            "consumers",
             "max_file_size",
             "max_deliveries",
         ):
@@ -118,8 +122,9 @@ class RunConfig:
         if self.rounds is not None and self.rounds < 1:
             raise ValueError("rounds must be at least 1")
         self._check_batch_fits()
-        if self.crash_messages < 0:
-            raise ValueError("crash_messages must be at least 0")
+        self._check_range("producers", 1, MAX_THREADS)
+        self._check_range("consumers", 1, MAX_THREADS)
+        self._check_range("crash_messages", 0, MAX_CRASH_MESSAGES)
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError("threshold must be in (0, 1]")
         self._check_seconds()
@@ -166,6 +171,11 @@ class RunConfig:
             f"a batch of {largest.count} {bodies} is one msgcask record of {largest.record} "
             f"bytes, which does not fit in a data file of {self.max_file_size} bytes: {lower}"
         )
+
+    def _check_range(self, name: str, low: int, high: int) -> None:
+        value = getattr(self, name)
+        if not low <= value <= high:
+            raise ValueError(f"{name} must be {low} to {high}, not {value}")
 
     def _check_seconds(self) -> None:
         # NaN passes every comparison and infinity reaches the JSON (neither is valid
