@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from workload_sizes import Run
@@ -100,4 +103,43 @@ def test_file_queue_consumption_is_persisted(tmp_path: Path) -> None:
     subject.close()
     subject.open()
     assert subject.get(0.0) is None
+    subject.close()
+
+
+class _PutAfterTheLook(threading.Condition):
+    """A peer's put condition that lands one put just after the consumer found nothing
+    (on its first entry, where the consumer would wait) and never sleeps in a wait,
+    but records it."""
+
+    def __init__(self, put: Callable[[], None]) -> None:
+        super().__init__()
+        self.put: Callable[[], None] | None = put
+        self.waits: list[float | None] = []
+
+    def __enter__(self) -> bool:
+        if self.put is not None:
+            put, self.put = self.put, None
+            put()  # its own notify enters again, with self.put already None
+        return super().__enter__()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        return False
+
+
+@pytest.mark.parametrize("peer", ["sqlite3", "persistqueue-ack", "litequeue", "diskcache-deque"])
+def test_a_put_between_a_peers_look_and_its_wait_wakes_the_consumer(
+    tmp_path: Path, peer: str
+) -> None:
+    # The consumer looked, found nothing, and a producer's put and notify came before
+    # it began to wait: it must take the message at once, not sleep through the put
+    # (up to its whole timeout, 50 ms in a run).
+    cfg = RunConfig(workload="steady", messages=10, size=64, progress=False, reopen=False)
+    subject: Any = make_subject(peer, str(tmp_path / "q"), cfg)
+    subject.open()
+    arrived = _PutAfterTheLook(lambda: subject.put(b"m" * 64))
+    subject._arrived = arrived
+    delivery = subject.get(30.0)
+    assert delivery is not None and delivery.body == b"m" * 64
+    assert arrived.waits == []
     subject.close()

@@ -6,7 +6,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 # What a workload may need beyond put/get. A subject lacking one is skipped for
 # the workloads that need it, with the reason recorded in the result.
@@ -17,6 +17,7 @@ PRIORITY = "priority"
 SELECTOR = "selector"
 
 Selector = Callable[[dict[str, str]], bool]
+T = TypeVar("T")
 
 
 @dataclass
@@ -47,8 +48,10 @@ class Subject:
         self.path = path
         self.sync = sync
         self.max_deliveries = max_deliveries
-        # Peers without a blocking get wait on this, woken by local puts.
+        # Peers without a blocking get wait on this, woken by local puts; _puts counts
+        # them, so a consumer waits only if no put came since it last looked.
         self._arrived = threading.Condition()
+        self._puts = 0
 
     def open(self) -> None:
         raise NotImplementedError
@@ -97,12 +100,20 @@ class Subject:
     # Helpers for peers that poll: wake waiting consumers on put.
     def _notify_put(self) -> None:
         with self._arrived:
+            self._puts += 1
             self._arrived.notify_all()
 
-    def _wait_put(self, timeout: float) -> None:
-        if timeout > 0:
+    def _take_or_wait(self, take: Callable[[], T | None], timeout: float) -> T | None:
+        """``take()``; if it finds nothing and ``timeout`` > 0, ``take()`` again once a
+        put came after the first look (or the timeout passed). A put between the look
+        and the wait does not let the wait run its whole timeout."""
+        seen = self._puts  # before the look: a put it misses has counted past this
+        taken = take()
+        if taken is None and timeout > 0:
             with self._arrived:
-                self._arrived.wait(timeout)
+                self._arrived.wait_for(lambda: self._puts != seen, timeout)
+            taken = take()
+        return taken
 
 
 def directory_bytes(path: str) -> int:

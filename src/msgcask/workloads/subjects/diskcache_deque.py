@@ -25,14 +25,15 @@ class DiskcacheDequeSubject(Subject):
         self._notify_put()
 
     def get(self, timeout: float, selector: object = None) -> Delivery | None:
-        for wait in (0.0, timeout):
-            if wait > 0:
-                self._wait_put(wait)
-            try:
-                return Delivery(None, self._q.popleft())
-            except IndexError:
-                continue
-        return None
+        body = self._take_or_wait(self._popleft, timeout)
+        return None if body is None else Delivery(None, body)
+
+    def _popleft(self) -> bytes | None:
+        try:
+            body: bytes = self._q.popleft()
+        except IndexError:
+            return None
+        return body
 
     def ack(self, delivery: Delivery) -> None:
         """Nothing to do: popleft already removed it."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from msgcask.workloads.subjects.base import ACK, DEAD_LETTER, NACK, Delivery, Subject
 
@@ -37,18 +38,17 @@ class LiteQueueSubject(Subject):
         self._notify_put()
 
     def get(self, timeout: float, selector: object = None) -> Delivery | None:
-        with self._lock:
-            m = self._q.pop()
-        if m is None and timeout > 0:
-            self._wait_put(timeout)
-            with self._lock:
-                m = self._q.pop()
+        m = self._take_or_wait(self._pop, timeout)
         if m is None:
             return None
         with self._lock:
             n = self._deliveries.get(m.message_id, 0) + 1
             self._deliveries[m.message_id] = n
         return Delivery(m.message_id, bytes(m.data), n)
+
+    def _pop(self) -> Any:
+        with self._lock:
+            return self._q.pop()
 
     def ack(self, delivery: Delivery) -> None:
         with self._lock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from msgcask.workloads.subjects.base import ACK, DEAD_LETTER, NACK, Delivery, Subject
 
@@ -33,17 +34,7 @@ class PersistQueueAckSubject(Subject):
         self._notify_put()
 
     def get(self, timeout: float, selector: object = None) -> Delivery | None:
-        from persistqueue.exceptions import Empty
-
-        item = None
-        for wait in (0.0, timeout):
-            if wait > 0:
-                self._wait_put(wait)
-            try:
-                item = self._q.get(block=False, raw=True)
-                break
-            except Empty:
-                continue
+        item = self._take_or_wait(self._get_now, timeout)
         if item is None:
             return None
         pqid = item["pqid"]
@@ -51,6 +42,14 @@ class PersistQueueAckSubject(Subject):
             n = self._deliveries.get(pqid, 0) + 1
             self._deliveries[pqid] = n
         return Delivery(pqid, item["data"], n)
+
+    def _get_now(self) -> Any:
+        from persistqueue.exceptions import Empty
+
+        try:
+            return self._q.get(block=False, raw=True)
+        except Empty:
+            return None
 
     def ack(self, delivery: Delivery) -> None:
         self._q.ack(id=delivery.handle)

@@ -91,10 +91,7 @@ class SqliteSubject(Subject):
         self._notify_put()
 
     def get(self, timeout: float, selector: object = None) -> Delivery | None:
-        row = self._conn().execute(TAKE).fetchone()
-        if row is None and timeout > 0:
-            self._wait_put(timeout)
-            row = self._conn().execute(TAKE).fetchone()
+        row = self._take_or_wait(lambda: self._conn().execute(TAKE).fetchone(), timeout)
         return None if row is None else Delivery(row[0], row[1], row[2])
 
     def ack(self, delivery: Delivery) -> None:
