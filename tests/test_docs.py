@@ -18,6 +18,8 @@ the option name, a ``Default`` column holding a Python expression in backticks.
 docs/design.md must name every crash point in the source. docs/operations.md must
 list every command of the CLI, and its session's ``$ msgcask ...`` outputs must be
 what the CLI prints for the store the session describes.
+docs/pipeline.md's audit transcript must hold the figures of the store its snippet
+makes.
 """
 
 from __future__ import annotations
@@ -138,6 +140,25 @@ def marked_tables(path: Path) -> list[Table]:
             j += 1
         tables.append(Table(match.group(1), match.group(2) or "", header, rows, after))
     return tables
+
+
+def fenced_blocks(path: Path, lang: str | None = None) -> list[str]:
+    """The bodies of the ```-fenced code blocks of ``path`` (of one language if given)."""
+    text = path.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```", text, re.M | re.S)
+    return [body for tag, body in blocks if lang is None or tag == lang]
+
+
+def run_snippet(code: str, tmp_path: Path) -> None:
+    """Run a doc's Python snippet, its ``/tmp/...`` paths moved under ``tmp_path``."""
+    moved = re.sub(r"([\"'])/tmp/", lambda m: f"{m.group(1)}{tmp_path}/", code)
+    exec(compile(moved, "<doc snippet>", "exec"), {"__name__": "doc_snippet"})
+
+
+def snippet_making(page: Path, path: str) -> str:
+    """The one Python block of ``page`` that opens the store at ``path``."""
+    (code,) = [c for c in fenced_blocks(page, "python") if f'msgcask.open("{path}"' in c]
+    return code
 
 
 def code_span(cell: str) -> str:
@@ -432,13 +453,11 @@ def test_every_cli_command_is_in_the_command_table() -> None:
     )
 
 
-def _session_commands() -> list[tuple[str, list[str]]]:
-    """(command line, output lines) of every ``$ msgcask`` line in the session."""
-    text = (DOCS / "operations.md").read_text(encoding="utf-8")
-    section = text[text.index("### A session") : text.index("### Finding damage")]
+def transcripts(text: str) -> list[tuple[str, list[str]]]:
+    """(command line, output lines) of every ``$ msgcask`` line in ``text``'s code blocks."""
     out: list[tuple[str, list[str]]] = []
     fenced = in_shell = False
-    for line in section.splitlines():
+    for line in text.splitlines():
         if line.startswith("```"):
             fenced, in_shell = not fenced, False
         elif fenced and line.startswith("$ msgcask "):
@@ -447,6 +466,12 @@ def _session_commands() -> list[tuple[str, list[str]]]:
         elif fenced and in_shell:
             out[-1][1].append(line)
     return out
+
+
+def _session_commands() -> list[tuple[str, list[str]]]:
+    """(command line, output lines) of every ``$ msgcask`` line in the session."""
+    text = (DOCS / "operations.md").read_text(encoding="utf-8")
+    return transcripts(text[text.index("### A session") : text.index("### Finding damage")])
 
 
 def _normalize(line: str) -> str:
@@ -527,6 +552,36 @@ def test_pipeline_job_columns_are_documented() -> None:
 
     assert _names(_pipeline_table("auditcolumns")) == list(audit.FILE_COLUMNS)
     assert _names(_pipeline_table("deadletters")) == list(dead_letters.COLUMNS)
+
+
+def test_pipeline_audit_transcript_is_what_its_snippet_makes(tmp_path: Path) -> None:
+    """The audit's figures are the index's, file by file (tests/pipeline checks that
+    they agree), so the transcript is checked against ``stats()``, without Spark."""
+    doc_path = "/tmp/dlq-store"
+    run_snippet(snippet_making(DOCS / "pipeline.md", doc_path), tmp_path)
+    text = (DOCS / "pipeline.md").read_text(encoding="utf-8")
+    (lines,) = [
+        out for cmd, out in transcripts(text) if cmd == f"msgcask pipeline audit {doc_path}"
+    ]
+    summary = re.fullmatch(
+        r"(\d+) data files, (\d+) bytes on disk; (\d+) live messages, (\d+) live bytes "
+        r"\(disk/live [\d.]+\); (\d+) needed acks; (\d+) damaged bytes",
+        lines[0],
+    )
+    assert summary, lines[0]
+    assert lines[1].split()[:6] == ["file", "kind", "size", "live", "ratio", "acks"]
+    rows = [line.split() for line in lines[2:]]
+    documented = [(*row[:4], row[5]) for row in rows]
+    opts: dict[str, Any] = {"compaction_interval": None, "keep_data_files": True}
+    with msgcask.open(tmp_path / "dlq-store", **opts) as store:
+        stats = store.stats()
+    needed = sum(f.needed_acks for f in stats.files)
+    totals = (stats.data_files, stats.data_bytes, stats.live_messages, stats.live_bytes, needed, 0)
+    assert tuple(int(n) for n in summary.groups()) == totals
+    assert documented == [
+        (str(f.file_id), f.kind, str(f.size), str(f.live_bytes), str(f.needed_acks))
+        for f in stats.files
+    ]
 
 
 def test_pipeline_sweep_columns_are_documented() -> None:
