@@ -15,6 +15,8 @@ docs/format.md marks its tables with HTML comments on the line before them:
 
 docs/tuning.md marks its settings table with ``<!-- settings -->``: first column
 the option name, a ``Default`` column holding a Python expression in backticks.
+docs/tuning.md's ``<!-- clisettings -->`` table lists every option of ``msgcask
+compact`` and ``msgcask bench`` that sets a store setting, with the command's default.
 docs/design.md must name every crash point in the source. docs/operations.md must
 list every command of the CLI, and its session's ``$ msgcask ...`` outputs must be
 what the CLI prints for the store the session describes.
@@ -33,6 +35,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import click
 import pytest
 
 import msgcask
@@ -394,6 +397,65 @@ def test_options_record_has_the_same_defaults() -> None:
     defaults = {f.name: f.default for f in fields(Options) if f.default is not MISSING}
     for name, param in _options().items():
         assert defaults[name] == param.default, f"Options.{name} differs from Store()"
+
+
+# Options of these commands that set no store setting: they shape the workload, the
+# measurement or the output. Every other option is in tuning.md's clisettings table.
+CLI_NOT_SETTINGS: dict[str, set[str]] = {
+    "msgcask compact": set(),
+    "msgcask bench": {
+        *("--messages", "--size", "--size-mix", "--pin-every", "--window", "--rounds"),
+        *("--depth", "--fill", "--repeat", "--seed", "--peers"),
+        *("--interval", "--crash-messages", "--time-limit", "--no-reopen"),
+        *("--out", "--workdir", "--no-plots", "--no-progress"),
+    },
+}
+
+
+def cli_command(words: list[str]) -> click.Command | None:
+    """The CLI (sub)command ``msgcask WORDS...`` names, or None if it names none."""
+    from msgcask.cli.main import main
+
+    command: click.Command = main
+    for word in words:
+        if not isinstance(command, click.Group) or word not in command.commands:
+            return None
+        command = command.commands[word]
+    return command
+
+
+def cli_options(command: click.Command) -> dict[str, click.Option]:
+    """``--name`` -> option, for every option of ``command``."""
+    return {
+        name: p
+        for p in command.params
+        if isinstance(p, click.Option)
+        for name in (*p.opts, *p.secondary_opts)
+        if name.startswith("--")
+    }
+
+
+def test_every_cli_setting_is_in_the_tuning_table_with_its_default() -> None:
+    (table,) = [t for t in marked_tables(DOCS / "tuning.md") if t.marker == "clisettings"]
+    column = table.header.index("Default")
+    rows = {(code_span(r[0]), code_span(r[1])): r for r in table.rows}
+    for name, not_settings in CLI_NOT_SETTINGS.items():
+        command = cli_command(name.split()[1:])
+        assert command is not None, name
+        options = cli_options(command)
+        assert not_settings <= set(options), f"{name} has no {not_settings - set(options)}"
+        documented = {option for cmd, option in rows if cmd == name}
+        settings = set(options) - not_settings
+        assert documented == settings, (
+            f"docs/tuning.md clisettings: {name} lacks {settings - documented}, "
+            f"has no {documented - settings}"
+        )
+        for option in documented:
+            row = rows[name, option]
+            default = options[option].get_default(click.Context(command))
+            assert literal(code_span(row[column])) == default, f"{name} {option}: {row}"
+            assert row[-1], f"{name} {option}: no direction of its effect"
+    assert {cmd for cmd, _ in rows} == set(CLI_NOT_SETTINGS)
 
 
 # -- design.md -------------------------------------------------------------------------
