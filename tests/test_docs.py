@@ -19,9 +19,14 @@ docs/tuning.md's ``<!-- clisettings -->`` table lists every option of ``msgcask
 compact`` and ``msgcask bench`` that sets a store setting, with the command's default.
 docs/design.md must name every crash point in the source. docs/operations.md must
 list every command of the CLI, and its session's ``$ msgcask ...`` outputs must be
-what the CLI prints for the store the session describes.
+what the CLI prints for the store the session's own snippet makes.
 docs/pipeline.md's audit transcript must hold the figures of the store its snippet
 makes.
+
+Every ``python`` code block of README.md and docs/*.md runs as written (with its
+``/tmp/...`` paths moved into a temporary directory), except the ones that start
+Spark; every ``--option`` a doc writes after ``msgcask COMMAND`` is an option of that
+command, and every ``bench/``, ``tests/``, ``src/`` or ``docs/`` path a doc names exists.
 """
 
 from __future__ import annotations
@@ -334,17 +339,21 @@ def _dump_bytes(path: Path, name: str) -> bytes:
     return bytes(out)
 
 
-def _put_get_ack(store: msgcask.Store) -> None:
-    q = store.queue("q")
-    q.put(b"hi", headers={"k": "v"})
-    q.ack(q.get(timeout=1))
+def _put_get_ack(tmp_path: Path) -> Path:
+    """The worked example's own snippet."""
+    run_snippet(snippet_making(DOCS / "format.md", "/tmp/example"), tmp_path)
+    return tmp_path / "example"
 
 
-def _put_many(store: msgcask.Store) -> None:
-    store.queue("q").put_many([b"a", b"b"])
+def _put_many(tmp_path: Path) -> Path:
+    """``q.put_many([b"a", b"b"])`` on a new store, as the text says."""
+    with msgcask.open(tmp_path / "store", compaction_interval=None) as store:
+        store.queue("q").put_many([b"a", b"b"])
+    return tmp_path / "store"
 
 
-EXAMPLES: dict[str, Callable[[msgcask.Store], None]] = {
+# example name -> makes the store it dumps, returns the store's directory
+EXAMPLES: dict[str, Callable[[Path], Path]] = {
     "put-get-ack": _put_get_ack,
     "put-many": _put_many,
 }
@@ -352,9 +361,8 @@ EXAMPLES: dict[str, Callable[[msgcask.Store], None]] = {
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_worked_example_is_what_the_library_writes(name: str, tmp_path: Path) -> None:
-    with msgcask.open(tmp_path / "store", compaction_interval=None) as store:
-        EXAMPLES[name](store)
-    written = (tmp_path / "store" / filenames.data_file_name(1)).read_bytes()
+    store = EXAMPLES[name](tmp_path)
+    written = (store / filenames.data_file_name(1)).read_bytes()
     assert _dump_bytes(DOCS / "format.md", name) == written
 
 
@@ -547,16 +555,7 @@ def test_session_output_is_what_the_cli_prints(tmp_path: Path) -> None:
 
     doc_path = "/tmp/orders-store"
     path = tmp_path / "orders-store"
-    opts: dict[str, Any] = {"max_file_size": 64 * 1024, "compaction_interval": None}
-    with msgcask.open(path, **opts) as s:
-        orders, audit = s.queue("orders"), s.queue("audit")
-        audit.put(b"kept for later", headers={"kind": "audit"})
-        for i in range(400):
-            orders.put(b"x" * 200, headers={"n": str(i)})
-        for _ in range(400):
-            orders.ack(orders.get(timeout=1))
-        for _ in range(200):
-            orders.put(b"y" * 200)
+    run_snippet(snippet_making(DOCS / "operations.md", doc_path), tmp_path)
     commands = _session_commands()
     assert len(commands) >= 6, commands
     runner = CliRunner()
@@ -650,3 +649,50 @@ def test_pipeline_sweep_columns_are_documented() -> None:
     from msgcask.pipeline import sweep
 
     assert _names(_pipeline_table("sweepcolumns")) == sweep.FIELDS
+
+
+# -- snippets, options and paths in every document -------------------------------------
+
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md")), ROOT / "bench" / "README.md"]
+
+
+def _python_snippets() -> list[Any]:
+    """Every Python block of the pages, but those that start Spark (tests/pipeline
+    runs the jobs; starting Spark takes longer than this whole file)."""
+    return [
+        pytest.param(code, id=f"{page.name}-{i}")
+        for page in PAGES
+        for i, code in enumerate(fenced_blocks(page, "python"))
+        if "spark" not in code
+    ]
+
+
+@pytest.mark.parametrize("code", _python_snippets())
+def test_python_snippet_runs(code: str, tmp_path: Path) -> None:
+    run_snippet(code, tmp_path)
+
+
+def _command_lines(text: str) -> list[str]:
+    """Code spans and lines of code blocks: where a doc writes a command."""
+    blocks = re.findall(r"^```\w*\n(.*?)^```", text, re.M | re.S)
+    return re.findall(r"`([^`\n]+)`", text) + [line for b in blocks for line in b.splitlines()]
+
+
+def test_cli_options_named_in_the_docs_exist() -> None:
+    for page in PAGES:
+        for line in _command_lines(page.read_text(encoding="utf-8")):
+            # up to a comment or a table cell's end: what follows is prose
+            for match in re.finditer(r"msgcask ((?:pipeline )?[a-z-]+)([^|#]*)", line):
+                command = cli_command(match.group(1).split())
+                if command is None:
+                    continue  # the package, not the command: `msgcask pipeline` modules
+                known = {*cli_options(command), "--help"}
+                for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", match.group(2)):
+                    assert option in known, f"{page.name}: {line.strip()!r}: no {option}"
+
+
+def test_paths_named_in_the_docs_exist() -> None:
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for path in re.findall(r"`((?:bench|tests|src|docs|scripts)/[^`\s<*]+)`", text):
+            assert (ROOT / path).exists(), f"{page.name} names {path}, which does not exist"
