@@ -26,14 +26,17 @@ makes.
 Every ``python`` code block of README.md and docs/*.md runs as written (with its
 ``/tmp/...`` paths moved into a temporary directory), except the ones that start
 Spark; every ``--option`` a doc writes after ``msgcask COMMAND`` is an option of that
-command, and every ``bench/``, ``tests/``, ``src/`` or ``docs/`` path a doc names exists.
+command, every ``bench/``, ``tests/``, ``src/`` or ``docs/`` path a doc names exists, and
+so does every ``Class.attribute`` or ``module.name`` it names of msgcask's source.
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
@@ -696,3 +699,59 @@ def test_paths_named_in_the_docs_exist() -> None:
         text = page.read_text(encoding="utf-8")
         for path in re.findall(r"`((?:bench|tests|src|docs|scripts)/[^`\s<*]+)`", text):
             assert (ROOT / path).exists(), f"{page.name} names {path}, which does not exist"
+
+
+def _source_names() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(class name -> its attributes, module file stem -> its top-level names) of the
+    source, read from the syntax tree: instance attributes are assigned, not declared."""
+    classes: dict[str, set[str]] = {}
+    modules: dict[str, set[str]] = {}
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top = modules.setdefault(path.stem, set())
+        for node in tree.body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                top |= {alias.asname or alias.name for alias in node.names}
+            else:
+                top |= _bound_names(node)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                attrs = classes.setdefault(node.name, set())
+                for sub in ast.walk(node):
+                    attrs |= _bound_names(sub)
+                    if (
+                        isinstance(sub, ast.Attribute)
+                        and isinstance(sub.ctx, ast.Store)
+                        and isinstance(sub.value, ast.Name)
+                        and sub.value.id in ("self", "cls")
+                    ):
+                        attrs.add(sub.attr)
+    return classes, modules
+
+
+def _bound_names(node: ast.AST) -> set[str]:
+    """The names a definition or an assignment statement binds."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {node.name}
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, ast.AnnAssign):
+        targets = [node.target]
+    else:
+        return set()
+    return {target.id for target in targets if isinstance(target, ast.Name)}
+
+
+def test_source_names_in_the_docs_exist() -> None:
+    classes, modules = _source_names()
+    crash_points = _crash_points()
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for owner, attr in re.findall(r"`([A-Za-z_]\w*)\.([A-Za-z_]\w*)[^`]*`", text):
+            if attr == "py" or owner in sys.stdlib_module_names:
+                continue  # a file name, or `queue.Empty` and the like
+            if f"{owner}.{attr}" in crash_points:
+                continue
+            names = classes.get(owner, modules.get(owner))
+            if names is not None:
+                assert attr in names, f"{page.name} names {owner}.{attr}, which does not exist"
