@@ -6,7 +6,8 @@ docs/format.md marks its tables with HTML comments on the line before them:
   struct layout, followed by a ``Size: a + b + ... = N bytes`` line. Rows whose
   Size is a number are fixed fields; they must match the fields of the structs
   in ``LAYOUTS`` one for one (size, integer width, byte order), their offsets
-  must add up, and the Size line must be their sum.
+  must add up, and the Size line must be their sum. store/codec.py's encoders, some
+  of which pack with structs of their own, must write those layouts.
 * ``<!-- values: NAME -->``: a table whose first column is a constant's name and
   whose second is its value, both in backticks (a Python literal: ``0xA1``,
   ``b"format"``). Every row must equal the constant in the code.
@@ -45,13 +46,14 @@ from typing import Any
 
 import click
 import pytest
+from xxhash import xxh3_64_intdigest
 
 import msgcask
 from msgcask import db, options
 from msgcask.compactor import needed, pacing, policy, rewrite, runner
 from msgcask.index import accounting, env, keys
 from msgcask.options import Options
-from msgcask.store import filenames, fs, recovery
+from msgcask.store import codec, filenames, fs, recovery
 from msgcask.store import format as fmt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -325,6 +327,48 @@ def test_record_types_table_is_complete(format_tables: list[Table]) -> None:
     assert {literal(code_span(r[1])) for r in table.rows} == set(fmt.RECORD_TYPES)
     (kinds,) = [t for t in format_tables if t.name == "file-kinds"]
     assert {code_span(r[0]) for r in kinds.rows} == {n for n in vars(fmt) if n.startswith("KIND_")}
+
+
+def _record(raw: bytes) -> tuple[int, bytes]:
+    """(type, payload) of one record, once its header is as format.md says: the
+    checksum is xxh3_64 of every byte after itself, the length counts the payload."""
+    checksum, length, rtype = fmt.RECORD_HEADER.unpack_from(raw)
+    assert checksum == xxh3_64_intdigest(raw[fmt.CHECKSUM_SIZE :])
+    assert length == len(raw) - fmt.RECORD_HEADER_SIZE
+    return rtype, raw[fmt.RECORD_HEADER_SIZE :]
+
+
+def test_the_codec_writes_the_documented_layouts() -> None:
+    """store/codec.py packs some records with structs of its own: they must write what
+    the layouts above (format.py's structs) describe, field by field."""
+    assert _record(codec.encode_ack(7)) == (fmt.TYPE_ACK, fmt.ACK_PAYLOAD.pack(7))
+    assert _record(codec.encode_deliver(7, 3)) == (fmt.TYPE_DELIVER, fmt.DELIVER_PAYLOAD.pack(7, 3))
+    assert _record(codec.encode_batch_header(2, 64)) == (
+        fmt.TYPE_BATCH,
+        fmt.BATCH_PAYLOAD.pack(2, 64),
+    )
+    victims = fmt.MANIFEST_ENTRY.pack(3) + fmt.MANIFEST_ENTRY.pack(9)
+    assert _record(codec.encode_manifest([3, 9])) == (
+        fmt.TYPE_MANIFEST,
+        fmt.MANIFEST_COUNT.pack(2) + victims,
+    )
+    headers = codec.encode_headers({"k": "v", "ké": "vvv"})
+    assert headers == b"".join(
+        (
+            fmt.HEADER_COUNT.pack(2),
+            *(fmt.HEADER_KEY_LEN.pack(1), b"k", fmt.HEADER_VALUE_LEN.pack(1), b"v"),
+            *(fmt.HEADER_KEY_LEN.pack(3), "ké".encode(), fmt.HEADER_VALUE_LEN.pack(3), b"vvv"),
+        )
+    )
+    put = codec.encode_put(7, b"q", 5, 2, headers, b"body")
+    fixed = fmt.PUT_FIXED.pack(7, 5, 2, 1, len(headers))
+    assert _record(put) == (fmt.TYPE_PUT, fixed + b"q" + headers + b"body")
+    assert len(put) == codec.put_record_size(b"q", headers, 4)
+    header = codec.encode_file_header(fmt.KIND_COMPACTED, 12, 99)
+    header_fields = (fmt.MAGIC, fmt.FORMAT_VERSION, fmt.KIND_COMPACTED, 0, 12, 99)
+    checksum = fmt.FILE_HEADER_CHECKSUM.pack(xxh3_64_intdigest(header[:24]))
+    assert header == fmt.FILE_HEADER.pack(*header_fields) + checksum
+    assert len(header) == fmt.FILE_HEADER_SIZE
 
 
 def _dump_bytes(path: Path, name: str) -> bytes:
