@@ -441,10 +441,12 @@ def test_every_option_is_in_the_settings_table_with_its_default() -> None:
         assert type(documented) is type(param.default), f"{name}: {documented!r}"
 
 
-def test_every_option_has_a_section() -> None:
+def test_every_option_has_a_section_that_gives_its_default() -> None:
     text = (DOCS / "tuning.md").read_text(encoding="utf-8")
-    for name in _options():
-        assert re.search(rf"^### `{name}`", text, re.M), f"docs/tuning.md: no section {name}"
+    for name, param in _options().items():
+        section = re.search(rf"^### `{name}`\n\nDefault `([^`]+)`", text, re.M)
+        assert section, f"docs/tuning.md: no section {name} starting 'Default `...`'"
+        assert literal(section.group(1)) == param.default, f"tuning.md, {name}: {section[0]!r}"
         assert f"Increasing `{name}`" in text, f"docs/tuning.md: no 'Increasing `{name}`'"
 
 
