@@ -16,8 +16,10 @@ docs/format.md marks its tables with HTML comments on the line before them:
 
 docs/tuning.md marks its settings table with ``<!-- settings -->``: first column
 the option name, a ``Default`` column holding a Python expression in backticks.
-docs/tuning.md's ``<!-- clisettings -->`` table lists every option of ``msgcask
-compact`` and ``msgcask bench`` that sets a store setting, with the command's default.
+docs/tuning.md's ``<!-- queuesettings -->`` table names every keyword of
+``store.queue()``, and its ``<!-- clisettings -->`` table lists every option of
+``msgcask compact`` and ``msgcask bench`` that sets a store setting, with the
+command's default.
 docs/design.md must name every crash point in the source. docs/operations.md must
 list every command of the CLI, and its session's ``$ msgcask ...`` outputs must be
 what the CLI prints for the store the session's own snippet makes.
@@ -448,6 +450,12 @@ def test_every_option_has_a_section_that_gives_its_default() -> None:
         assert section, f"docs/tuning.md: no section {name} starting 'Default `...`'"
         assert literal(section.group(1)) == param.default, f"tuning.md, {name}: {section[0]!r}"
         assert f"Increasing `{name}`" in text, f"docs/tuning.md: no 'Increasing `{name}`'"
+
+
+def test_every_queue_setting_is_in_the_queue_table() -> None:
+    (table,) = [t for t in marked_tables(DOCS / "tuning.md") if t.marker == "queuesettings"]
+    params = inspect.signature(msgcask.Store.queue).parameters
+    assert [code_span(r[0]) for r in table.rows] == [n for n in params if n not in ("self", "name")]
 
 
 def test_options_record_has_the_same_defaults() -> None:
