@@ -157,9 +157,8 @@ def marked_tables(path: Path) -> list[Table]:
     return tables
 
 
-def fenced_blocks(path: Path, lang: str | None = None) -> list[str]:
-    """The bodies of the ```-fenced code blocks of ``path`` (of one language if given)."""
-    text = path.read_text(encoding="utf-8")
+def fenced_blocks(text: str, lang: str | None = None) -> list[str]:
+    """The bodies of the ```-fenced code blocks of ``text`` (of one language if given)."""
     blocks = re.findall(r"^```(\w*)\n(.*?)^```", text, re.M | re.S)
     return [body for tag, body in blocks if lang is None or tag == lang]
 
@@ -172,7 +171,8 @@ def run_snippet(code: str, tmp_path: Path) -> None:
 
 def snippet_making(page: Path, path: str) -> str:
     """The one Python block of ``page`` that opens the store at ``path``."""
-    (code,) = [c for c in fenced_blocks(page, "python") if f'msgcask.open("{path}"' in c]
+    blocks = fenced_blocks(page.read_text(encoding="utf-8"), "python")
+    (code,) = [c for c in blocks if f'msgcask.open("{path}"' in c]
     return code
 
 
@@ -719,7 +719,7 @@ def _python_snippets() -> list[Any]:
     return [
         pytest.param(code, id=f"{page.name}-{i}")
         for page in PAGES
-        for i, code in enumerate(fenced_blocks(page, "python"))
+        for i, code in enumerate(fenced_blocks(page.read_text(encoding="utf-8"), "python"))
         if "spark" not in code
     ]
 
@@ -731,8 +731,8 @@ def test_python_snippet_runs(code: str, tmp_path: Path) -> None:
 
 def _command_lines(text: str) -> list[str]:
     """Code spans and lines of code blocks: where a doc writes a command."""
-    blocks = re.findall(r"^```\w*\n(.*?)^```", text, re.M | re.S)
-    return re.findall(r"`([^`\n]+)`", text) + [line for b in blocks for line in b.splitlines()]
+    lines = [line for block in fenced_blocks(text) for line in block.splitlines()]
+    return re.findall(r"`([^`\n]+)`", text) + lines
 
 
 def test_cli_options_named_in_the_docs_exist() -> None:
@@ -742,7 +742,7 @@ def test_cli_options_named_in_the_docs_exist() -> None:
             for match in re.finditer(r"msgcask ((?:pipeline )?[a-z-]+)([^|#]*)", line):
                 command = cli_command(match.group(1).split())
                 if command is None:
-                    continue  # the package, not the command: `msgcask pipeline` modules
+                    continue  # no command follows: "the `msgcask` logger", say
                 known = {*cli_options(command), "--help"}
                 for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", match.group(2)):
                     assert option in known, f"{page.name}: {line.strip()!r}: no {option}"
