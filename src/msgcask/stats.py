@@ -92,11 +92,23 @@ class StoreStats:
 class CompactionReport:
     """What one ``Store.compact()`` call (or one background pass) did."""
 
-    files_deleted: int = 0
-    files_rewritten: int = 0
-    bytes_copied: int = 0
+    files_deleted: int = 0  # data files deleted whole, nothing copied out of them
+    files_rewritten: int = 0  # data files deleted once what they held was copied
+    bytes_copied: int = 0  # bytes written into compacted files
+    # Bytes of the data files deleted, of both kinds: what the pass freed, never
+    # negative (the copies it wrote are bytes_copied, not subtracted here).
     bytes_reclaimed: int = 0
     seconds: float = 0.0
+
+    def plus(self, done: CompactionReport) -> CompactionReport:
+        """This report with the files and bytes of ``done`` added."""
+        return CompactionReport(
+            self.files_deleted + done.files_deleted,
+            self.files_rewritten + done.files_rewritten,
+            self.bytes_copied + done.bytes_copied,
+            self.bytes_reclaimed + done.bytes_reclaimed,
+            self.seconds,
+        )
 
 
 @dataclass(frozen=True, slots=True)

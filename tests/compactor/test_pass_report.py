@@ -7,10 +7,11 @@ pass to end (the space bound is checked while the drain goes on). The pass
 deletes them after each victim it reads, leaving its own victims alone.
 
 ``files_deleted`` counts files deleted whole without copying, ``files_rewritten``
-files copied out and deleted, and ``bytes_reclaimed`` is what the data files
-shrank by. That holds for files drained while the pass reads its victims, for
-victims whose records all died between the plan and the rewrite, and for
-retired files an earlier pass failed to delete.
+files copied out and deleted, ``bytes_reclaimed`` the bytes of the files
+deleted (never negative) and ``bytes_copied`` those of the copies written. That
+holds for files drained while the pass reads its victims, for victims whose
+records all died between the plan and the rewrite, for retired files an
+earlier pass failed to delete, and for a swap that keeps its victims.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 import msgcask
 from disk_files import written_size
 from draining import each_available
-from msgcask.compactor import needed, rewrite
+from msgcask.compactor import needed, reclaim, rewrite, runner
 from msgcask.store.filenames import data_file_name
 from msgcask.store.fs import FileSystem
 
@@ -39,15 +40,22 @@ def _on_disk(path: Path) -> dict[int, int]:
     return {int(p.name[:10]): written_size(p) for p in path.glob("*.log")}
 
 
+def _copies(store: msgcask.Store) -> set[int]:
+    return {f.file_id for f in store.stats().files if f.kind == "compacted"}
+
+
 def _check_report(
-    before: dict[int, int], after: dict[int, int], report: msgcask.CompactionReport
+    store: msgcask.Store,
+    before: dict[int, int],
+    after: dict[int, int],
+    report: msgcask.CompactionReport,
 ) -> None:
-    """Every file gone is counted once, and bytes_reclaimed is what the files
-    gone took less the files made (the head also grows by what the test wrote
-    meanwhile)."""
+    """Every file gone is counted once, bytes_reclaimed is what the files gone
+    took, and bytes_copied what the compacted files made take."""
     gone, made = before.keys() - after.keys(), after.keys() - before.keys()
     assert report.files_deleted + report.files_rewritten == len(gone)
-    assert report.bytes_reclaimed == sum(before[f] for f in gone) - sum(after[f] for f in made)
+    assert report.bytes_reclaimed == sum(before[f] for f in gone)
+    assert report.bytes_copied == sum(after[f] for f in made & _copies(store))
 
 
 def _drained_while_the_victims_are_read(
@@ -98,7 +106,7 @@ def test_a_file_drained_during_the_rewrite_is_gone_before_the_copy_and_counts_as
         assert on_disk_when_written == [False]
         assert report.files_rewritten >= 2
         assert report.files_deleted == 1  # the drained file
-        _check_report(before, after, report)
+        _check_report(store, before, after, report)
         assert store.stats().compaction.files_deleted == 1
         assert store.verify() == []
 
@@ -152,7 +160,7 @@ def test_victims_that_died_before_their_rewrite_count_as_deleted(
         assert report.bytes_copied == 0
         assert report.files_rewritten == 0  # nothing was copied out of them
         assert report.files_deleted >= 2
-        _check_report(before, after, report)
+        _check_report(store, before, after, report)
         assert store.verify() == []
 
 
@@ -189,7 +197,7 @@ def test_a_retired_file_deleted_at_last_counts_as_deleted(tmp_path: Path) -> Non
         after = _on_disk(path)
         assert 1 in before and 1 not in after
         assert report.files_deleted == 1
-        _check_report(before, after, report)
+        _check_report(store, before, after, report)
 
 
 def test_victims_deleted_before_a_deletion_fails_count_in_the_totals(tmp_path: Path) -> None:
@@ -215,8 +223,8 @@ def test_victims_deleted_before_a_deletion_fails_count_in_the_totals(tmp_path: P
         assert gone  # victims unlinked before the one that failed
         totals = store.stats().compaction
         assert totals.files_deleted + totals.files_rewritten == len(gone)
-        made = after.keys() - before.keys()
-        assert totals.bytes_reclaimed == sum(before[f] for f in gone) - sum(after[f] for f in made)
+        assert totals.bytes_reclaimed == sum(before[f] for f in gone)
+        assert totals.bytes_copied == sum(after[f] for f in _copies(store))
         fs.stuck.clear()
         store.compact(threshold=0.5)
         assert sealed[-1] not in _on_disk(path)
@@ -246,3 +254,71 @@ def test_files_deleted_whole_before_a_deletion_fails_count_in_the_totals(tmp_pat
         assert gone == {1}
         totals = store.stats().compaction
         assert (totals.files_deleted, totals.bytes_reclaimed) == (1, before[1])
+
+
+def test_a_swap_that_keeps_its_victims_reclaims_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The guard after the swap keeps every victim (here it is made to, and the
+    # pass deletes no file whole, as it would the victims the guard kept in
+    # vain): the copy stays beside them, so the pass wrote bytes and freed none.
+    path = tmp_path / "s"
+    with msgcask.open(path, **QUIET) as store:
+        q = store.queue("q")
+        for _ in range(4 * 62):  # files 1 to 4 sealed, each kept by a few live messages
+            q.put(BODY)
+        for m in each_available(q):
+            if m.id % 12:
+                q.ack(m)
+        monkeypatch.setattr(rewrite, "_held", lambda s, victims, dead_puts: list(victims))
+        monkeypatch.setattr(runner, "reclaim", lambda s, file_ids: reclaim.reclaim(s, []))
+        before = _on_disk(path)
+        report = store.compact(threshold=0.5)
+        after = _on_disk(path)
+        assert before.keys() <= after.keys()  # nothing deleted
+        assert report.files_rewritten == report.files_deleted == 0
+        assert report.bytes_reclaimed == 0
+        assert report.bytes_copied > 0
+        _check_report(store, before, after, report)
+        assert store.stats().compaction.bytes_reclaimed == 0
+
+
+def test_victims_none_of_which_could_be_deleted_reclaim_nothing(tmp_path: Path) -> None:
+    # The swap committed, and the unlink of the first victim fails: nothing is
+    # freed yet, the copy is written.
+    path = tmp_path / "s"
+    fs = StuckFiles()
+    store = msgcask.Store(path, _fs=fs, **QUIET)  # type: ignore[arg-type]
+    with store:
+        q = store.queue("q")
+        for _ in range(4 * 62):
+            q.put(BODY)
+        for m in each_available(q):
+            if m.id % 12:
+                q.ack(m)
+        fs.stuck.add(str(path / data_file_name(1)))
+        before = _on_disk(path)
+        with pytest.raises(msgcask.Error, match="deleting data files"):
+            store.compact(threshold=0.5)
+        assert before.keys() <= _on_disk(path).keys()
+        totals = store.stats().compaction
+        assert (totals.files_deleted, totals.files_rewritten, totals.bytes_reclaimed) == (0, 0, 0)
+        assert totals.bytes_copied == sum(_on_disk(path)[f] for f in _copies(store))
+
+
+def test_a_pass_that_seals_the_write_head_counts_the_files_it_deletes(tmp_path: Path) -> None:
+    # The pass seals a dead head to delete it; the new head it opens (a header)
+    # is neither freed nor a copy, so it is in neither figure.
+    path = tmp_path / "s"
+    with msgcask.open(path, **QUIET) as store:
+        q = store.queue("q")
+        for _ in range(40):  # the head more than half full, then all consumed
+            q.put(BODY)
+        for m in each_available(q):
+            q.ack(m)
+        before = _on_disk(path)
+        report = store.compact()
+        after = _on_disk(path)
+        assert before.keys() - after.keys() == {1} and len(after) == 1
+        assert report.files_deleted == 1
+        _check_report(store, before, after, report)

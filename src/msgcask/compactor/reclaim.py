@@ -46,8 +46,8 @@ class DeletionFailed(Error):
         self.done = done
 
 
-def reclaim(store: Store, file_ids: list[int]) -> tuple[int, int]:
-    """Delete whole files that hold nothing needed; return (files, bytes) freed."""
+def reclaim(store: Store, file_ids: list[int]) -> CompactionReport:
+    """Delete whole files that hold nothing needed; return what that freed."""
     retired: list[int] = []
     with store._commits_held():
         try:
@@ -65,8 +65,8 @@ def reclaim(store: Store, file_ids: list[int]) -> tuple[int, int]:
                 with store._lock:
                     store._commit_index(force=True)
     if not retired:
-        return 0, 0
-    return len(retired), delete_retired(store, retired)
+        return CompactionReport()
+    return delete_retired(store, retired)
 
 
 def _retire(store: Store, file_ids: list[int], retired: list[int]) -> None:
@@ -133,9 +133,9 @@ def release(store: Store, file_id: int, pairs: list[tuple[int, int]]) -> None:
         store._catalog.release_counted(file_id)
 
 
-def finish_deletions(store: Store) -> tuple[int, int]:
+def finish_deletions(store: Store) -> CompactionReport:
     """Delete the retired files a failed deletion left on disk, before any other
-    file goes; return (files, bytes) freed. Their consumed PUT records have
+    file goes; return what that freed. Their consumed PUT records have
     released the ACKs that cancel them; if the files holding those ACKs went
     first, a rebuild (which cannot know these files were retired) would bring
     the messages back. Raises Error if they still cannot be deleted, or if the
@@ -144,12 +144,13 @@ def finish_deletions(store: Store) -> tuple[int, int]:
     with store._lock:
         left = [f for f, account in store._acct.files.items() if account.retired]
     if not left:
-        return 0, 0
-    return len(left), delete_retired(store, left)
+        return CompactionReport()
+    return delete_retired(store, left)
 
 
-def delete_retired(store: Store, file_ids: list[int]) -> int:
-    """Unlink retired files, make that durable, and forget them; return bytes freed.
+def delete_retired(store: Store, file_ids: list[int]) -> CompactionReport:
+    """Unlink retired files, make that durable, and forget them; return what
+    that freed: the files and their bytes.
 
     If an unlink fails, those unlinked before it are still made durable and
     forgotten (they are gone from the disk), and then DeletionFailed is raised,
@@ -186,10 +187,10 @@ def delete_retired(store: Store, file_ids: list[int]) -> int:
                 store._acct.forget(file_id)
             with store._append_lock:  # puts add to it under that lock alone
                 store._data_bytes -= freed
+    done = CompactionReport(files_deleted=len(gone), bytes_reclaimed=freed)
     if failure is not None:
-        done = CompactionReport(files_deleted=len(gone), bytes_reclaimed=freed)
         raise _delete_failed(store, failure, done) from failure
-    return freed
+    return done
 
 
 def _delete_failed(store: Store, error: OSError, done: CompactionReport) -> DeletionFailed:

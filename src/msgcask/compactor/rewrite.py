@@ -62,12 +62,9 @@ class _Copy:
 
 @dataclass(frozen=True, slots=True)
 class RewriteResult:
-    files_rewritten: int
-    bytes_copied: int
-    bytes_reclaimed: int
+    # Victims whose records all died since the plan count as deleted whole.
+    done: CompactionReport
     skipped: tuple[int, ...] = ()  # victims with damaged records, left alone
-    # Victims whose records all died since the plan: deleted whole, nothing copied.
-    files_deleted: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +165,9 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
                 _Copy(fmt.TYPE_ACK, msg_id, victim, codec.encode_ack(msg_id), 0, put_file)
             )
     if not victims:
-        return RewriteResult(0, 0, 0, tuple(skipped))
+        return RewriteResult(CompactionReport(), tuple(skipped))
     if not copies:  # everything died since the plan: plain deletion will do
-        files, freed = reclaim(store, victims)
-        return RewriteResult(0, 0, freed, tuple(skipped), files_deleted=files)
+        return RewriteResult(reclaim(store, victims), tuple(skipped))
 
     need = (
         fmt.FILE_HEADER_SIZE
@@ -185,7 +181,7 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
         # Once it is started, puts count it as taken until the swap adds it.
         if limit is not None and store._data_bytes + need > limit:
             log.debug("msgcask: no room left under max_store_size for the copy of %s", victims)
-            return RewriteResult(0, 0, 0, tuple(skipped))
+            return RewriteResult(CompactionReport(), tuple(skipped))
         store._copy_bytes = need
         store._victims_going = True
     out_id, id_floor, out, offsets = _write_output(store, victims, copies)
@@ -202,7 +198,7 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
             kept,
         )
         _discard(store, out)
-        return RewriteResult(0, out.size, 0, tuple(skipped))
+        return RewriteResult(CompactionReport(bytes_copied=out.size), tuple(skipped))
 
     # The swap runs in chunks under short lock holds. Index commits are held
     # back until it is complete, so a crash anywhere in it reverts to the state
@@ -274,19 +270,21 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
             crash_point("compact.before_swap_commit")
             store._commit_index(force=True)
     crash_point("compact.after_swap_commit")
+    copied = CompactionReport(bytes_copied=out.size)  # whether or not the victims go
     try:
-        freed = delete_retired(store, retired)
+        gone = delete_retired(store, retired)
     except DeletionFailed as e:
         # The copy is in, and the victims deleted so far are gone: rewritten.
-        gone = e.done
-        e.done = CompactionReport(
-            files_rewritten=gone.files_deleted,
-            bytes_copied=out.size,
-            bytes_reclaimed=gone.bytes_reclaimed - out.size,
-        )
+        e.done = copied.plus(_as_rewritten(e.done))
         raise
-    # Net bytes: what the victims held minus what their copy takes.
-    return RewriteResult(len(retired), out.size, freed - out.size, tuple(skipped))
+    return RewriteResult(copied.plus(_as_rewritten(gone)), tuple(skipped))
+
+
+def _as_rewritten(gone: CompactionReport) -> CompactionReport:
+    """What deleting a swap's victims did: their files count as rewritten."""
+    return CompactionReport(
+        files_rewritten=gone.files_deleted, bytes_reclaimed=gone.bytes_reclaimed
+    )
 
 
 def _unaccounted(store: Store, victims: list[int], classified: dict[int, _Found]) -> list[int]:

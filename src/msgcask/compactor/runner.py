@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from msgcask.compactor import policy
@@ -102,17 +103,16 @@ class Compactor:
         before, self._live_at_last_run = self._live_at_last_run, now
         return frozenset(f for f, n in now.items() if n < before.get(f, n))
 
-    def _reclaim_all(self, threshold: float, budget: int, done: list[int]) -> None:
-        """Delete the files a plan finds reclaimable, in rounds; adds the files it
-        deletes and their bytes to ``done`` as it goes."""
+    def _reclaim_all(self, threshold: float, budget: int, done: _Done) -> None:
+        """Delete the files a plan finds reclaimable, in rounds; adds what it
+        deletes to ``done`` as it goes."""
         for _ in range(_MAX_RECLAIM_ROUNDS):
             plan = self._plan(threshold, budget)
             if not plan.reclaim:
                 break
-            n, b = reclaim(self._store, plan.reclaim)
-            done[0] += n
-            done[1] += b
-            if not n:
+            deleted = reclaim(self._store, plan.reclaim)
+            done.add(deleted)
+            if not deleted.files_deleted:
                 break
 
     def run(
@@ -279,10 +279,9 @@ class Compactor:
         store = self._store
         threshold = store.options.compaction_threshold if threshold is None else threshold
         started = time.monotonic()
-        done = [0, 0]  # files deleted whole, bytes freed: added to as they go
-        rewritten = copied = 0
+        done = _Done()
         try:
-            done[0], done[1] = finish_deletions(store)
+            done.add(finish_deletions(store))
             self._seal_sparse_head(threshold, idle)
             limit, hard = self._budget(budget)
             self._reclaim_all(threshold, limit, done)
@@ -296,27 +295,18 @@ class Compactor:
                 victims = set(plan.rewrite)
                 result = rewrite(store, plan.rewrite, lambda: self._reclaim_emptied(victims, done))
                 self._damaged.update(result.skipped)
-                rewritten, copied = result.files_rewritten, result.bytes_copied
-                done[0] += result.files_deleted
-                done[1] += result.bytes_reclaimed
+                done.add(result.done)
             self._reclaim_all(threshold, limit, done)
         except BaseException as e:
-            # The files deleted so far are gone all the same: the totals count
-            # them, and those a failed deletion removed before it failed.
-            gone = CompactionReport(files_deleted=done[0], bytes_reclaimed=done[1])
-            self.totals = self.totals.plus(gone)
+            # What the pass did so far is done all the same: the totals count
+            # it, and the files a failed deletion removed before it failed.
             if isinstance(e, DeletionFailed):
-                self.totals = self.totals.plus(e.done)
+                done.add(e.done)
+            self.totals = self.totals.plus(done.report)
             raise
         if idle:
             self._give_back_head_space()
-        report = CompactionReport(
-            files_deleted=done[0],
-            files_rewritten=rewritten,
-            bytes_copied=copied,
-            bytes_reclaimed=done[1],
-            seconds=time.monotonic() - started,
-        )
+        report = replace(done.report, seconds=time.monotonic() - started)
         self.totals = self.totals.plus(report, passes=1)
         self.last = report
         return report
@@ -327,7 +317,7 @@ class Compactor:
         that pass deletes them. Returns the number of files deleted."""
         if not self._mutex.acquire(blocking=False):
             return 0
-        done = [0, 0]  # files, bytes
+        done = _Done()
         try:
             self._reclaim_emptied(set(), done)
         except (ClosedError, IndexFailedError):
@@ -338,25 +328,21 @@ class Compactor:
             return 0
         else:
             self._deletion_failures.succeeded()
-            return done[0]
+            return done.files
         finally:
-            if done[0]:  # also those deleted before a failure
-                deletion = CompactionReport(files_deleted=done[0], bytes_reclaimed=done[1])
-                self.totals = self.totals.plus(deletion)
+            self.totals = self.totals.plus(done.report)  # also what went before a failure
             self._mutex.release()
 
-    def _reclaim_emptied(self, keep: set[int], done: list[int]) -> None:
+    def _reclaim_emptied(self, keep: set[int], done: _Done) -> None:
         """``reclaim_emptied`` with the mutex held, leaving ``keep`` (a running
         rewrite's victims, whose classification must stay theirs) alone. Adds
-        the files it deletes and their bytes to ``done`` as it goes."""
+        what it deletes to ``done`` as it goes."""
         store = self._store
         try:
-            files, freed = finish_deletions(store)
+            done.add(finish_deletions(store))
         except Error as e:
             _count_deleted_before(e, done)
             return  # raised by the next pass, which says why
-        done[0] += files
-        done[1] += freed
         for _ in range(_MAX_RECLAIM_ROUNDS):
             with store._lock:
                 head = store._journal.head_id
@@ -375,9 +361,7 @@ class Compactor:
                 emptied.intersection_update({head} if head in emptied else set())
             if not ready:
                 break
-            files, freed = reclaim(store, sorted(ready))
-            done[0] += files
-            done[1] += freed
+            done.add(reclaim(store, sorted(ready)))
 
     def due(self) -> bool:
         """Whether a pass should start before the next interval: the files a
@@ -466,9 +450,24 @@ def _view(account: FileAccount, age: float, active: bool) -> policy.FileView:
     )
 
 
-def _count_deleted_before(error: Error, done: list[int]) -> None:
-    """Add to ``done`` (files, bytes) the files a failed deletion removed
-    before it failed: they are gone all the same."""
+class _Done:
+    """What a pass (or a deletion between passes) has done so far, added to as
+    it goes, so that a failure partway still counts what went before it."""
+
+    def __init__(self) -> None:
+        self.report = CompactionReport()
+
+    def add(self, done: CompactionReport) -> None:
+        self.report = self.report.plus(done)
+
+    @property
+    def files(self) -> int:
+        """Data files deleted, of either kind."""
+        return self.report.files_deleted + self.report.files_rewritten
+
+
+def _count_deleted_before(error: Error, done: _Done) -> None:
+    """Add to ``done`` the files a failed deletion removed before it failed:
+    they are gone all the same."""
     if isinstance(error, DeletionFailed):
-        done[0] += error.done.files_deleted
-        done[1] += error.done.bytes_reclaimed
+        done.add(error.done)
