@@ -165,16 +165,23 @@ def test_victims_that_died_before_their_rewrite_count_as_deleted(
 
 
 class StuckFiles(FileSystem):
-    """Unlinking a path in ``stuck`` fails with EACCES."""
+    """Unlinking a path in ``stuck`` fails with EACCES; fsyncing the directory
+    fails with EIO while ``dir_fails``."""
 
     def __init__(self) -> None:
         super().__init__()
         self.stuck: set[str] = set()
+        self.dir_fails = False
 
     def unlink(self, path: str) -> None:
         if path in self.stuck:
             raise OSError(errno.EACCES, os.strerror(errno.EACCES), path)
         super().unlink(path)
+
+    def fsync_dir(self, path: str) -> None:
+        if self.dir_fails:
+            raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+        super().fsync_dir(path)
 
 
 def test_a_retired_file_deleted_at_last_counts_as_deleted(tmp_path: Path) -> None:
@@ -322,3 +329,48 @@ def test_a_pass_that_seals_the_write_head_counts_the_files_it_deletes(tmp_path: 
         assert before.keys() - after.keys() == {1} and len(after) == 1
         assert report.files_deleted == 1
         _check_report(store, before, after, report)
+
+
+@pytest.mark.parametrize("fault", ["unlink", "directory-fsync"])
+def test_victims_whose_deletion_a_later_pass_completes_count_as_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    # The swap committed and the victims' deletion failed (the first unlink, or
+    # the fsync of the directory after every unlink): the next pass deletes
+    # them. They were rewritten, and count so, once.
+    path = tmp_path / "s"
+    fs = StuckFiles()
+    store = msgcask.Store(path, _fs=fs, **QUIET)  # type: ignore[arg-type]
+    with store:
+        q = store.queue("q")
+        for _ in range(4 * 62):  # files 1 to 4 sealed, each kept by a few live messages
+            q.put(BODY)
+        for m in each_available(q):
+            if m.id % 12:
+                q.ack(m)
+        if fault == "unlink":
+            fs.stuck.add(str(path / data_file_name(1)))
+        else:
+            real_delete = rewrite.delete_retired
+
+            def delete_retired(s: msgcask.Store, file_ids: list[int]) -> object:
+                fs.dir_fails = True  # the copy is in; the victims' deletion fails
+                return real_delete(s, file_ids)
+
+            monkeypatch.setattr(rewrite, "delete_retired", delete_retired)
+        before = _on_disk(path)
+        with pytest.raises(msgcask.Error, match="deleting data files"):
+            store.compact(threshold=0.5)
+        victims = {f.file_id for f in store.stats().files if f.retired}
+        assert victims == {1, 2, 3, 4}
+        monkeypatch.undo()
+        fs.stuck.clear()
+        fs.dir_fails = False
+        store.compact(threshold=0.5)
+        gone = before.keys() - _on_disk(path).keys()
+        assert victims <= gone
+        totals = store.stats().compaction
+        assert totals.files_rewritten == len(victims)
+        assert totals.files_deleted == len(gone - victims)
+        assert totals.bytes_reclaimed == sum(before[f] for f in gone)
+        assert store.verify() == []

@@ -150,7 +150,8 @@ def finish_deletions(store: Store) -> CompactionReport:
 
 def delete_retired(store: Store, file_ids: list[int]) -> CompactionReport:
     """Unlink retired files, make that durable, and forget them; return what
-    that freed: the files and their bytes.
+    that freed: the files (a swap's victims as rewritten, others as deleted)
+    and their bytes.
 
     If an unlink fails, those unlinked before it are still made durable and
     forgotten (they are gone from the disk), and then DeletionFailed is raised,
@@ -175,6 +176,7 @@ def delete_retired(store: Store, file_ids: list[int]) -> CompactionReport:
             break
         gone[file_id] = size
     freed = sum(gone.values())
+    rewritten = 0
     if gone:
         try:
             store._fs.fsync_dir(store.path)
@@ -183,11 +185,14 @@ def delete_retired(store: Store, file_ids: list[int]) -> CompactionReport:
         if failure is None:
             crash_point("reclaim.after_unlink")
         with store._lock:
+            rewritten = len(gone.keys() & store._acct.swapped)
             for file_id in gone:
                 store._acct.forget(file_id)
             with store._append_lock:  # puts add to it under that lock alone
                 store._data_bytes -= freed
-    done = CompactionReport(files_deleted=len(gone), bytes_reclaimed=freed)
+    done = CompactionReport(
+        files_deleted=len(gone) - rewritten, files_rewritten=rewritten, bytes_reclaimed=freed
+    )
     if failure is not None:
         raise _delete_failed(store, failure, done) from failure
     return done

@@ -262,6 +262,7 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
                 retired = list(victims)
                 for victim in victims:
                     store._acct[victim].retired = True
+                store._acct.swapped.update(victims)
             pos = store._journal.position
         # ACKs that made victims' records dead must be durable before the swap is
         # (see reclaim.reclaim).
@@ -274,17 +275,11 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
     try:
         gone = delete_retired(store, retired)
     except DeletionFailed as e:
-        # The copy is in, and the victims deleted so far are gone: rewritten.
-        e.done = copied.plus(_as_rewritten(e.done))
+        # The copy is in, and the victims deleted so far are gone; a later
+        # pass deletes (and counts) the others.
+        e.done = copied.plus(e.done)
         raise
-    return RewriteResult(copied.plus(_as_rewritten(gone)), tuple(skipped))
-
-
-def _as_rewritten(gone: CompactionReport) -> CompactionReport:
-    """What deleting a swap's victims did: their files count as rewritten."""
-    return CompactionReport(
-        files_rewritten=gone.files_deleted, bytes_reclaimed=gone.bytes_reclaimed
-    )
+    return RewriteResult(copied.plus(gone), tuple(skipped))
 
 
 def _unaccounted(store: Store, victims: list[int], classified: dict[int, _Found]) -> list[int]:

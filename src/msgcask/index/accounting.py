@@ -108,6 +108,9 @@ class Accounting:
     # ACKED entry, which the swap moves to the message's copy (a count could
     # not say which message it was).
     rewriting: set[int] = field(default_factory=set)
+    # Victims retired by a swap (their copy is in): deleting one, by that pass
+    # or by a later one after a failed deletion, completes a rewrite.
+    swapped: set[int] = field(default_factory=set)
 
     def note(self, stats: FileAccount) -> None:
         """Call after lowering a counter: remembers the file if nothing in it is needed."""
@@ -140,6 +143,7 @@ class Accounting:
 
     def forget(self, file_id: int) -> None:
         self.files.pop(file_id, None)
+        self.swapped.discard(file_id)
 
     def flush(
         self, put: Callable[[bytes, bytes], object], delete: Callable[[bytes], object]
