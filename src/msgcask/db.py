@@ -1166,8 +1166,7 @@ class Store:
 
     def _wait_for_pass(self) -> None:
         """Wait (without the store's locks) for the running compaction pass to end."""
-        with self._compactor.pass_lock():
-            pass
+        self._compactor.wait_for_pass()
 
     def _put_once(
         self, name: str, body: bytes, headers: dict[str, str] | None, priority: int

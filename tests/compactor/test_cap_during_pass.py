@@ -290,3 +290,70 @@ def test_a_pass_whose_copy_no_longer_fits_does_not_write_it(
         assert report.files_rewritten == 0 and on_disk_after_copy == []
         assert _disk(path) <= LIMIT
         assert store.verify() == []
+
+
+class _WatchedLock:
+    """A lock that says (``waited``) when an acquire finds it taken."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.waited = threading.Event()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if blocking and self._lock.locked():
+            self.waited.set()
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@pytest.mark.parametrize("path_taken", ["space-pressure", "copy-under-way"])
+def test_a_background_pass_a_put_waits_for_runs_forced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path_taken: str
+) -> None:
+    # A put that does not fit while a scheduled pass writes its copy waits for
+    # that pass: in space pressure (before its own check), or after a check made
+    # before the copy took its room. The pass must not step aside for foreground
+    # calls meanwhile, as a pass run for a put does not.
+    path = tmp_path / "s"
+    with _capped_store(path) as store:
+        c = store.queue("c")
+        while store._data_bytes + 2000 + MFS <= LIMIT:  # near the cap, short of space pressure
+            c.put(b"c" * 1000)
+        go = threading.Event()
+        copying, _ = _copies_held(monkeypatch, path, go)
+        watched = _WatchedLock()
+        monkeypatch.setattr(store._compactor, "_mutex", watched)
+        compacting = threading.Thread(
+            target=store._compactor.run, kwargs={"threshold": 0.6, "background": True}
+        )
+        compacting.start()
+        assert copying.wait(30), "the pass did not get to its copy"
+        assert not store._pacer.forced
+        if path_taken == "copy-under-way":
+            monkeypatch.setattr(store, "_ensure_room", lambda size: None)  # checked before
+        big = store.queue("big")
+        room = LIMIT - store._data_bytes - store._copy_bytes  # fits once the victims go
+        results: list[object] = []
+        putting = threading.Thread(target=lambda: results.append(big.put(b"B" * room)))
+        putting.start()
+        assert watched.waited.wait(30), "the put did not wait for the pass"
+        forced_while_waiting = store._pacer.forced
+        go.set()
+        compacting.join(30)
+        putting.join(30)
+        assert forced_while_waiting
+        assert not store._pacer.forced
+        assert len(results) == 1 and isinstance(results[0], int), results
+        assert _disk(path) <= LIMIT
+        assert store.verify() == []

@@ -8,6 +8,7 @@ Then, on a real store, that a background run keeps passing while it is behind.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -76,11 +77,20 @@ def test_calls_stop_counting_after_the_polite_window(clock: FakeClock) -> None:
 @pytest.mark.parametrize("how", ["behind", "forced"])
 def test_behind_or_forced_work_does_not_step_aside_for_calls(clock: FakeClock, how: str) -> None:
     pacer = Pacer(behind=lambda: how == "behind")
-    pacer.forced = how == "forced"
-    pacer.calls += 1
-    pacer.pause()
-    # A polite pacer would sleep after the first stretch.
-    assert_sleeps_after(pacer, clock, pacing.POLITE_SLICE * 2, pacing.URGENT_SLICE)
+    with pacer.forcing() if how == "forced" else contextlib.nullcontext():
+        pacer.calls += 1
+        pacer.pause()
+        # A polite pacer would sleep after the first stretch.
+        assert_sleeps_after(pacer, clock, pacing.POLITE_SLICE * 2, pacing.URGENT_SLICE)
+
+
+def test_work_stays_forced_while_any_put_waits(clock: FakeClock) -> None:
+    pacer = Pacer()
+    with pacer.forcing():
+        with pacer.forcing():
+            assert pacer.forced
+        assert pacer.forced  # the other put still waits
+    assert not pacer.forced
 
 
 def test_being_behind_is_checked_again_only_after_a_while(clock: FakeClock) -> None:

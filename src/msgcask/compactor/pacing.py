@@ -9,7 +9,7 @@ keep coming (one started within the last ``POLITE_WINDOW`` seconds), a long
 one when no call came in, and one in between when compaction is behind
 (disk use is past what the space guarantee allows, and space comes before
 latency: checked every ``RECHECK_EVERY`` seconds) or when a put waits for the
-work (``forced``).
+work (``forced``: a put that waits for a pass, or space pressure's own pass).
 
 A sleep hands both locks to whoever waits for them; it costs about 0.08 ms
 even for zero seconds (the kernel's timer slack on Linux), which is why a pass
@@ -23,6 +23,8 @@ about twice as slow there without making foreground calls faster.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -40,12 +42,31 @@ class Pacer:
         # Foreground calls started. Only its changes matter, so the unlocked
         # increments (which may collide) are good enough.
         self.calls = 0
-        self.forced = False  # a put waits for this work: never step aside
+        self._waiting_puts = 0  # puts waiting for this work (``forcing``)
+        self._waiting_lock = threading.Lock()
         self._seen = 0
         self._last_call = float("-inf")
         self._last_sleep = time.perf_counter()
         self._urgent = False
         self._checked = float("-inf")
+
+    @property
+    def forced(self) -> bool:
+        """Whether a put waits for this work: it then steps aside no more often
+        than while compaction is behind."""
+        return self._waiting_puts > 0
+
+    @contextlib.contextmanager
+    def forcing(self) -> Iterator[None]:
+        """Background work is forced while this is held: a put waits for it.
+        Counted, so that one put done waiting does not unforce another's wait."""
+        with self._waiting_lock:
+            self._waiting_puts += 1
+        try:
+            yield
+        finally:
+            with self._waiting_lock:
+                self._waiting_puts -= 1
 
     def pause(self) -> None:
         """Call between batches of background work (without the store's lock)."""

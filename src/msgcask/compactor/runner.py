@@ -158,6 +158,12 @@ class Compactor:
         finally:
             self._mutex.release()
 
+    def wait_for_pass(self) -> None:
+        """Wait for the running pass to end, as a put does: the pass, scheduled
+        or not, runs forced meanwhile (``Pacer.forced``)."""
+        with self._store._pacer.forcing(), self._mutex:
+            pass
+
     def pass_lock(self) -> threading.Lock:
         """The lock a pass holds from start to end: holding it waits for a
         running pass and keeps new ones from starting."""
@@ -390,7 +396,9 @@ class Compactor:
         the files it is deleting are about to be free."""
         store = self._store
         target = needed + store.options.max_file_size
-        with self._mutex:
+        # A put waits for the running pass, and for the ones run here: they
+        # run forced (``Pacer.forced``).
+        with store._pacer.forcing(), self._mutex:
             store._check_open()  # close() may have run while this waited
             for _ in range(3):
                 if store._data_bytes + target <= limit:
@@ -407,8 +415,6 @@ class Compactor:
                 # deletable file needs no room for a copy). Else it copies in vain.
                 if floor + target > limit and (fits or floor + needed > limit):
                     return
-                # A put is waiting for this pass: it does not step aside.
-                store._pacer.forced = True
                 try:
                     self._pass(1.0, target)  # capped by the room left (_budget)
                 except (ClosedError, IndexFailedError):
@@ -420,8 +426,6 @@ class Compactor:
                     # later pass retry (a later put under pressure, or the schedule).
                     self._space_failures.failed(e)
                     return
-                finally:
-                    store._pacer.forced = False
                 self._space_failures.succeeded()
                 if store._data_bytes + target <= limit:
                     return
