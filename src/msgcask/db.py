@@ -1146,13 +1146,17 @@ class Store:
     def _put(self, name: str, body: bytes, headers: dict[str, str] | None, priority: int) -> int:
         if self.options.max_store_size is None:  # no room to wait or retry for
             return self._put_once(name, body, headers, priority)
-        return self._making_room(lambda: self._put_once(name, body, headers, priority))
+        return self._making_room(
+            lambda: self._put_once(name, body, headers, priority),
+            lambda: codec.put_record_size(name.encode(), codec.encode_headers(headers), len(body)),
+        )
 
-    def _making_room(self, write: Callable[[], _T]) -> _T:
-        """Run ``write``, a call that checks its room under max_store_size and
-        changes nothing when refused: while a pass is about to free room, wait
-        for it; refused, try again (space pressure runs anew) up to
-        _ROOM_RETRIES times before the StoreFullError goes to the caller."""
+    def _making_room(self, write: Callable[[], _T], size: Callable[[], int]) -> _T:
+        """Run ``write``, a call that checks its room under max_store_size for
+        ``size()`` bytes and changes nothing when refused: while a pass is about
+        to free room, wait for it; refused, try again (space pressure runs anew)
+        up to _ROOM_RETRIES times before the StoreFullError goes to the caller,
+        unless nothing a pass could free would make room."""
         refusals = 0
         while True:
             try:
@@ -1161,7 +1165,7 @@ class Store:
                 self._wait_for_pass()
             except StoreFullError:
                 refusals += 1
-                if refusals > _ROOM_RETRIES:
+                if refusals > _ROOM_RETRIES or not self._compactor.may_make_room(size()):
                     raise
 
     def _wait_for_pass(self) -> None:
@@ -1284,18 +1288,17 @@ class Store:
         if self.options.max_store_size is None:  # no room to wait or retry for
             return self._write_batch_once(puts, acks, delivered)
         delivered = list(delivered)  # looked at again if the batch is tried again
-        return self._making_room(lambda: self._write_batch_once(puts, acks, delivered))
+        return self._making_room(
+            lambda: self._write_batch_once(puts, acks, delivered),
+            lambda: _batch_record_size([(p, codec.encode_headers(p.headers)) for p in puts], acks),
+        )
 
     def _write_batch_once(
         self, puts: list[_PendingPut], acks: list[int], delivered: Iterable[Message]
     ) -> list[int]:
         self._pacer.calls += 1
         encoded = [(p, codec.encode_headers(p.headers)) for p in puts]
-        size = (
-            codec.BATCH_RECORD_SIZE
-            + sum(codec.put_record_size(p.queue.encode(), h, len(p.body)) for p, h in encoded)
-            + len(acks) * codec.ACK_RECORD_SIZE
-        )
+        size = _batch_record_size(encoded, acks)
         self._check_record_size(size)
         # Acks alone only free space: like a plain ack, they go past max_store_size
         # (a full store must stay consumable).
@@ -1837,6 +1840,16 @@ class Store:
             if entry.state == STATE_ACKED:
                 return "acked"
             return "delivered" if msg_id in self._inflight else "live"
+
+
+def _batch_record_size(encoded: list[tuple[_PendingPut, bytes]], acks: list[int]) -> int:
+    """The size of the batch record of ``encoded`` puts (with their headers
+    encoded) and ``acks``."""
+    return (
+        codec.BATCH_RECORD_SIZE
+        + sum(codec.put_record_size(p.queue.encode(), h, len(p.body)) for p, h in encoded)
+        + len(acks) * codec.ACK_RECORD_SIZE
+    )
 
 
 def _dir_bytes(path: str) -> int:

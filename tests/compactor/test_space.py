@@ -124,6 +124,31 @@ def test_store_full_only_when_live_data_fills_it_and_changes_nothing(tmp_path: P
         assert store.verify() == []
 
 
+@pytest.mark.parametrize("call", ["put", "put_many"])
+def test_a_put_into_a_store_with_nothing_to_free_is_refused_after_one_try(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    # Live data fills the store and no pass runs: space pressure finds nothing to
+    # free, and would find nothing again however often the put were tried.
+    with _open(tmp_path / "store", max_store_size=4 * MFS) as store:
+        q = store.queue("full")
+        _fill_until_full(q, b"x" * 1000)
+        tries: list[int] = []
+        real_make_room = store._compactor.make_room
+
+        def make_room(needed: int, limit: int) -> None:
+            tries.append(needed)
+            real_make_room(needed, limit)
+
+        monkeypatch.setattr(store._compactor, "make_room", make_room)
+        with pytest.raises(msgcask.StoreFullError):
+            if call == "put":
+                q.put(b"y" * 1000)
+            else:
+                q.put_many([b"y" * 1000] * 3)
+        assert len(tries) == 1
+
+
 def test_a_put_retried_between_acks_of_a_full_store_adds_no_files(tmp_path: Path) -> None:
     # A producer retries its refused put while a consumer acks one message at a
     # time: each try finds a few marks in the write head, which sealing would only

@@ -403,12 +403,7 @@ class Compactor:
             for _ in range(3):
                 if store._data_bytes + target <= limit:
                     return
-                with store._lock:
-                    views = self._views()
-                    # Retired files a failed deletion left: a pass deletes them first.
-                    retired = sum(a.size for a in store._acct.files.values() if a.retired)
-                gain = policy.min_gain_for(store.options.max_file_size)
-                floor = store._data_bytes - retired - policy.reclaimable_bytes(views, gain)
+                floor = self._floor()
                 fits = store._fits(needed)
                 # A pass is worth it if it can bring back the headroom, or if the
                 # record does not fit now and can once dead bytes are gone (a
@@ -433,12 +428,31 @@ class Compactor:
                 # touches: seal it so the next pass can, if that pass would take
                 # it. A head of a few marks is not worth a new file: a caller
                 # retrying a refused put between acks would get one per try.
+                gain = policy.min_gain_for(store.options.max_file_size)
                 with store._lock:
                     head = _view(store._acct.peek(store._journal.head_id), 0.0, False)
                     if (head.reclaimable and head.size > 2 * fmt.FILE_HEADER_SIZE) or (
                         head.dead_bytes >= gain
                     ):
                         store._roll_over()
+
+    def _floor(self) -> int:
+        """The data files' bytes once a pass has freed all it can: retired files
+        (a failed deletion left them) and the reclaimable bytes of the rest."""
+        store = self._store
+        with store._lock:
+            views = self._views()
+            retired = sum(a.size for a in store._acct.files.values() if a.retired)
+        gain = policy.min_gain_for(store.options.max_file_size)
+        return store._data_bytes - retired - policy.reclaimable_bytes(views, gain)
+
+    def may_make_room(self, needed: int) -> bool:
+        """Whether space pressure run again may make room for ``needed`` bytes
+        refused under max_store_size: a pass is running (what it frees was not
+        there to find), or freeing all a pass can would leave room (acks may
+        have emptied files since, or other puts taken the room found)."""
+        limit = self._store.options.max_store_size
+        return limit is None or self._mutex.locked() or self._floor() + needed <= limit
 
 
 def _view(account: FileAccount, age: float, active: bool) -> policy.FileView:
