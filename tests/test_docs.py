@@ -809,3 +809,15 @@ def test_source_names_in_the_docs_exist() -> None:
             names = classes.get(owner, modules.get(owner))
             if names is not None:
                 assert attr in names, f"{page.name} names {owner}.{attr}, which does not exist"
+
+
+def test_the_settings_table_states_the_interval_bounds() -> None:
+    (table,) = [t for t in marked_tables(DOCS / "tuning.md") if t.marker == "settings"]
+    column = table.header.index("Allowed")
+    allowed = {code_span(r[0]): r[column] for r in table.rows}
+    assert allowed["sync_interval"] == (
+        f"≥ {options.MIN_SYNC_INTERVAL:g}, ≤ {options.MAX_SYNC_INTERVAL:g}"
+    )
+    assert allowed["compaction_interval"].startswith(
+        f"≥ {options.MIN_COMPACTION_INTERVAL:g}, ≤ {options.MAX_COMPACTION_INTERVAL:,.0f}"
+    )

@@ -13,6 +13,10 @@ MAX_FILE_SIZE_LIMIT = 2**31
 # Longest intervals: beyond them a background wait or the schedule's next run
 # date no longer fits the platform's timers (and no store needs more).
 MAX_SYNC_INTERVAL = 3600.0
+# Shortest: the flush thread wakes once per interval, even in an idle store. There
+# it took 3% of a CPU at 0.001 s, 12% at 0.0001 s, and 80% (a spin: its next
+# round is due before its wait starts) at 1e-6 s and below.
+MIN_SYNC_INTERVAL = 0.001
 MAX_COMPACTION_INTERVAL = 365 * 86400.0
 # The schedule counts whole microseconds and takes a zero period for one second;
 # below a millisecond, passes would run back to back anyway.
@@ -72,10 +76,10 @@ class Options:
         if self.sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {SYNC_MODES}, got {self.sync!r}")
         _check_number("sync_interval", self.sync_interval)
-        if not 0 < self.sync_interval <= MAX_SYNC_INTERVAL:
+        if not MIN_SYNC_INTERVAL <= self.sync_interval <= MAX_SYNC_INTERVAL:
             raise ValueError(
-                f"sync_interval must be > 0 and at most {MAX_SYNC_INTERVAL:g} seconds, "
-                f"got {self.sync_interval}"
+                f"sync_interval must be at least {MIN_SYNC_INTERVAL:g} and at most "
+                f"{MAX_SYNC_INTERVAL:g} seconds, got {self.sync_interval}"
             )
         check_threshold("compaction_threshold", self.compaction_threshold)
         _check_number("compaction_interval", self.compaction_interval, allow_none=True)

@@ -19,6 +19,7 @@ import pytest
 import xxhash
 
 import msgcask
+from msgcask.options import Options
 from msgcask.store import codec
 from msgcask.store import format as fmt
 
@@ -369,6 +370,9 @@ BAD_OPTIONS: dict[str, tuple[dict[str, Any], type[Exception]]] = {
     ),
     # Past what the platform's timers can wait: refused, not a dead background thread.
     "sync_interval_past_an_hour": ({"sync_interval": 1e300}, ValueError),
+    # So short the flush thread would run round after round.
+    "sync_interval_below_a_millisecond": ({"sync_interval": 1e-300}, ValueError),
+    "sync_interval_just_below_a_millisecond": ({"sync_interval": 0.00099}, ValueError),
     "compaction_interval_past_a_year": ({"compaction_interval": 1e12}, ValueError),
 }
 
@@ -395,6 +399,13 @@ def test_bad_option_on_existing_store_leaves_it_usable(
     # The refused open must not leave the lock held or the files changed.
     with msgcask.open(store_path, compaction_interval=None) as store:
         assert snapshot(store, store_path) == before
+
+
+@pytest.mark.parametrize("interval", [1e-300, 0.00099, 3600.5])
+def test_a_sync_interval_out_of_range_is_refused_with_the_range(interval: float) -> None:
+    with pytest.raises(ValueError, match=r"at least 0\.001 and at most 3600 seconds"):
+        Options(sync_interval=interval)
+    assert Options(sync_interval=0.001).sync_interval == 0.001
 
 
 def test_open_that_fails_starting_background_work_releases_the_store(
