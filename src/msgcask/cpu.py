@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import operator
 import os
 import threading
 from collections.abc import Iterable
@@ -80,14 +79,13 @@ def check_cpus(name: str, value: object) -> frozenset[int] | None:
         )
     cpus = []
     for cpu in value:
-        try:
-            if isinstance(cpu, bool):
-                raise TypeError
-            cpus.append(operator.index(cpu))  # NumPy's integers too
-        except TypeError:
+        # Only ints, as every integer the API takes (priorities, sizes).
+        if isinstance(cpu, bool) or not isinstance(cpu, int):
             raise TypeError(
-                f"{name} must hold CPU numbers (ints), got {type(cpu).__name__}"
-            ) from None
+                f"{name} must hold CPU numbers (ints), got {type(cpu).__name__}; "
+                "convert other integer types (NumPy's) with int()"
+            )
+        cpus.append(int(cpu))  # an int subclass's value, kept as an int
     if not cpus:
         raise ValueError(f"{name} must name at least one CPU, or be None (run anywhere)")
     if not hasattr(os, "sched_setaffinity"):

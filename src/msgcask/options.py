@@ -27,9 +27,24 @@ def _check_number(name: str, value: object, *, allow_none: bool = False) -> None
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+        raise TypeError(
+            f"{name} must be a number (int or float), got {type(value).__name__}; convert "
+            "other number types (NumPy's) with int() or float()"
+        )
     if isinstance(value, float) and not math.isfinite(value):  # an int may not fit a float
         raise ValueError(f"{name} must be finite, got {value!r}")
+
+
+def _check_bytes(name: str, value: object, *, allow_none: bool = False) -> None:
+    """A size in bytes: an int. Only ints, as every integer the API takes
+    (priorities, CPU numbers): another integer type is refused, not converted."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"{name} must be an int (bytes){' or None' if allow_none else ''}, got "
+            f"{type(value).__name__}; convert other integer types (NumPy's) with int()"
+        )
 
 
 def check_threshold(name: str, value: object) -> None:
@@ -59,10 +74,8 @@ class Options:
     background_cpus: frozenset[int] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_file_size", "compaction_budget"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int (bytes), got {type(value).__name__}")
+        _check_bytes("max_file_size", self.max_file_size)
+        _check_bytes("compaction_budget", self.compaction_budget)
         if self.max_file_size < MIN_FILE_SIZE:
             raise ValueError(
                 f"max_file_size must be at least {MIN_FILE_SIZE} bytes, got {self.max_file_size}"
@@ -95,10 +108,7 @@ class Options:
             raise TypeError(
                 f"keep_data_files must be a bool, got {type(self.keep_data_files).__name__}"
             )
-        if self.max_store_size is not None and (
-            isinstance(self.max_store_size, bool) or not isinstance(self.max_store_size, int)
-        ):
-            raise TypeError("max_store_size must be an int (bytes) or None")
+        _check_bytes("max_store_size", self.max_store_size, allow_none=True)
         # Frozen: the normalized value goes in the way the dataclass's own __init__ does.
         object.__setattr__(
             self, "background_cpus", check_cpus("background_cpus", self.background_cpus)

@@ -64,22 +64,10 @@ def test_without_affinity_calls_the_setting_is_refused(monkeypatch: pytest.Monke
     assert Options(background_cpus=None).background_cpus is None
 
 
-class _IntLike:
-    """An integer type that is not int (as NumPy's are)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __index__(self) -> int:
-        return self.n
-
-
 def test_any_collection_is_kept_as_a_frozenset() -> None:
     cpu = min(os.sched_getaffinity(0))
     assert Options(background_cpus=[cpu, cpu]).background_cpus == frozenset({cpu})
     assert Options(background_cpus=iter((cpu,))).background_cpus == frozenset({cpu})
-    kept = Options(background_cpus=[_IntLike(cpu)]).background_cpus
-    assert kept == frozenset({cpu}) and all(type(c) is int for c in kept or ())
 
 
 def test_the_flush_thread_and_the_passes_run_on_the_cpus_named(tmp_path: Path) -> None:

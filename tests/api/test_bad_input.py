@@ -7,10 +7,13 @@ that raises *after* writing something is caught as well as one that does not rai
 
 from __future__ import annotations
 
+import os
 import pickle
+import re
 import struct
 import threading
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -399,6 +402,55 @@ def test_bad_option_on_existing_store_leaves_it_usable(
     # The refused open must not leave the lock held or the files changed.
     with msgcask.open(store_path, compaction_interval=None) as store:
         assert snapshot(store, store_path) == before
+
+
+class _IntLike:
+    """An integer type that is not int, as NumPy's are (``operator.index`` takes it)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __index__(self) -> int:
+        return self.n
+
+
+def _numeric_options() -> set[str]:
+    """The Options fields that take integers (alone, or among numbers)."""
+    return {f.name for f in fields(Options) if re.search(r"\b(int|float)\b", str(f.type))}
+
+
+# A good integer for each: an int is taken, the same value in another type is not.
+INTEGER_OPTIONS: dict[str, Callable[[Callable[[int], object]], object]] = {
+    "max_file_size": lambda n: n(2**20),
+    "compaction_budget": lambda n: n(2**20),
+    "max_store_size": lambda n: n(2**40),
+    "sync_interval": lambda n: n(1),
+    "compaction_threshold": lambda n: n(1),
+    "compaction_interval": lambda n: n(10),
+    "background_cpus": lambda n: [n(min(os.sched_getaffinity(0)))],
+}
+
+
+def test_every_option_taking_integers_is_checked_for_integer_types() -> None:
+    assert set(INTEGER_OPTIONS) == _numeric_options()
+
+
+@pytest.mark.parametrize("name", INTEGER_OPTIONS)
+def test_an_integer_that_is_not_an_int_is_refused_by_every_option(name: str) -> None:
+    # As by the rest of the API (priority, max_deliveries, confine_to_one_cpu):
+    # converting silently would take whatever __index__ says for an int.
+    value = INTEGER_OPTIONS[name]
+    Options(**{name: value(int)})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=rf"{name} must .*_IntLike.*int\(\)"):
+        Options(**{name: value(_IntLike)})  # type: ignore[arg-type]
+
+
+def test_an_integer_that_is_not_an_int_is_refused_as_a_priority(
+    seeded: tuple[msgcask.Store, Any],
+) -> None:
+    _, q = seeded
+    with pytest.raises(TypeError, match="priority must be an int"):
+        q.put(b"x", priority=_IntLike(3))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("interval", [1e-300, 0.00099, 3600.5])
