@@ -20,7 +20,7 @@ from msgcask.check import ScanReport, scan_files
 from msgcask.cli.bench import bench, demo
 from msgcask.cli.pipeline import pipeline
 from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE
-from msgcask.store.disk_advice import remedy
+from msgcask.store.disk_advice import cannot_list
 from msgcask.store.filenames import LOCK_FILE, parse_data_file_name
 from msgcask.store.lockfile import lock_holder
 
@@ -70,7 +70,7 @@ def _require_store(path: str) -> None:
     try:
         names = os.listdir(path)
     except OSError as e:  # say, a directory this user may not read
-        raise click.ClickException(f"cannot list {path}: {e.strerror}. {remedy(e)}.") from e
+        raise click.ClickException(cannot_list(path, e)) from e
     if not any(parse_data_file_name(name) for name in names):
         raise click.ClickException(
             f"{path} holds no msgcask data files: not a store. Give the directory of an "

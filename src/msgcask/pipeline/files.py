@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from msgcask.errors import Error
 from msgcask.store import codec
 from msgcask.store import format as fmt
-from msgcask.store.disk_advice import remedy
+from msgcask.store.disk_advice import cannot_list
 from msgcask.store.filenames import parse_data_file_name
 from msgcask.store.manifest_rule import MAX_MANIFEST_BYTES, parse_manifest, redundant_files
 
@@ -103,7 +103,7 @@ def _open_listed(directory: str) -> dict[int, tuple[str, int, str]] | None:
     try:
         names = os.listdir(directory)
     except OSError as e:  # say, a directory this user may not read
-        raise Error(f"cannot list {directory}: {e.strerror}. {remedy(e)}.") from e
+        raise Error(cannot_list(directory, e)) from e
     for name in names:
         file_id = parse_data_file_name(name)
         if file_id is None:

@@ -38,6 +38,12 @@ def remedy(error: OSError) -> str:
     return "Check the disk"
 
 
+def cannot_list(path: str, error: OSError) -> str:
+    """What to say when the directory at ``path`` cannot be listed (say, one
+    this user may not read): what failed, why, and the fix."""
+    return f"cannot list {path}: {error.strerror}. {remedy(error)}."
+
+
 def free_space_note(path: str) -> str:
     """``"; its file system has only N MiB free"`` when that is low, else ``""``."""
     try:
