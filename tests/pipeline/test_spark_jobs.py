@@ -345,12 +345,14 @@ def test_a_job_that_fails_in_spark_ends_with_one_line(spark: Any, tmp_path: Path
 @pytest.mark.parametrize(
     ("master", "cause"),
     [
-        ("nonsense://nowhere", ""),
+        ("nonsense://nowhere", "Spark takes yarn or a URL that starts with local, spark or k8s"),
         ("local[0]", "org.apache.spark.SparkException: Asked to run locally with 0 threads"),
     ],
 )
 def test_a_bad_master_is_a_clear_error(tmp_path: Path, master: str, cause: str) -> None:
-    """In a process of its own: a session already running would be reused."""
+    """In a process of its own: a session already running would be reused. The
+    JVM says nothing of it on stderr (no ERROR line, no Java stack): only the
+    lines it prints as it starts, then the command's error."""
     import subprocess
     import sys
 
@@ -366,6 +368,8 @@ def test_a_bad_master_is_a_clear_error(tmp_path: Path, master: str, cause: str) 
     said = run.stderr.split(f"Error: cannot start Spark with --master {master!r}: ", 1)
     assert len(said) == 2, run.stderr
     assert said[1].startswith(cause) and len(said[1].splitlines()) == 1, said[1]
+    startup = ("WARNING: Using incubator modules", "Setting default log level", "To adjust")
+    assert [line for line in said[0].splitlines() if not line.startswith(startup)] == []
 
 
 def test_the_jobs_refuse_a_path_that_is_no_store(spark: Any, tmp_path: Path) -> None:

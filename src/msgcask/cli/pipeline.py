@@ -37,6 +37,8 @@ def _spark(master: str):  # type: ignore[no-untyped-def]
         spark = spark_session(master, conf)
     except Error:
         raise
+    except ValueError as e:  # refused before the JVM starts
+        raise Error(f"cannot start Spark with --master {master!r}: {e}") from e
     except Exception as e:  # PySpark's own: a bad master URL ends the JVM at once
         raise Error(f"cannot start Spark with --master {master!r}: {spark_cause(e)}") from e
     spark.sparkContext.setLogLevel("ERROR")

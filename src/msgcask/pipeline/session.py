@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[2]"
+# The masters spark-submit takes (SparkSubmit's own rule); any other ends the JVM
+# with a Java stack on stderr before PySpark can say why.
+MASTER_PREFIXES = ("local", "spark", "k8s")
 _LOG_CONFIG = os.path.join(os.path.dirname(__file__), "log4j2.properties")
 # Local jobs and tests: no web UI or progress bars, few shuffle partitions, a
 # JVM that spends less CPU compiling (about half the JVM's CPU on two cores;
@@ -54,11 +57,25 @@ def require_spark() -> None:
         )
 
 
+def check_master(master: object) -> str:
+    """``master`` if Spark can start with it, else a ValueError saying what it takes."""
+    if not isinstance(master, str):
+        raise TypeError(f"the Spark master is a URL (a str), not {master!r}")
+    if master != "yarn" and not master.startswith(MASTER_PREFIXES):
+        raise ValueError(
+            "Spark takes yarn or a URL that starts with local, spark or k8s "
+            "(local[2], spark://host:7077, k8s://https://host:6443)"
+        )
+    return master
+
+
 def spark_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None) -> SparkSession:
     """Get or start the Spark session, with the data source registered.
 
     Python workers run this interpreter (so they import this msgcask), and a
-    local session binds to the loopback interface only."""
+    local session binds to the loopback interface only. A ``master`` Spark
+    would refuse is a ValueError, before the JVM starts."""
+    check_master(master)
     require_spark()
     from pyspark.sql import SparkSession
 
