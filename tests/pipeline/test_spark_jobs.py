@@ -265,6 +265,31 @@ def test_the_sweep_command(spark: Any, tmp_path: Path) -> None:
     assert result.exit_code == 1 and "not a whole journal" in result.output
 
 
+def test_the_sweep_command_parses_the_recording_once_before_the_replays(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check made before Spark starts reads every record (for the largest
+    message); the replays read the recording again, each in its own task."""
+    from test_replay import record
+
+    import msgcask.pipeline.replay as replay_module
+
+    rec = tmp_path / "rec"
+    record(rec, 300)
+    parsed: list[int] = []
+    file_rows = replay_module.file_rows
+
+    def counted_file_rows(info: Any, payload: bool) -> Any:
+        parsed.append(info.file_id)
+        return file_rows(info, payload)
+
+    monkeypatch.setattr(replay_module, "file_rows", counted_file_rows)
+    command = ["pipeline", "sweep", str(rec), "--thresholds", "0.5", "--file-sizes", str(SMALL)]
+    result = CliRunner().invoke(main, command)
+    assert result.exit_code == 0, result.output
+    assert sorted(parsed) == list(range(1, len(list(rec.glob("*.log"))) + 1))
+
+
 @pytest.mark.parametrize(
     "out", ["the store", "its parent", "inside it", "the store's URI", "a data file's URI"]
 )

@@ -210,8 +210,7 @@ def sweep(
 ) -> None:
     """Replay the workload recorded in RECORDING (a store written with
     keep_data_files=True) under every pair of settings, one Spark task each."""
-    from msgcask.pipeline.sweep import check_recording, settings
-    from msgcask.pipeline.sweep import sweep as run_sweep
+    from msgcask.pipeline.sweep import check_recording, replays, settings
 
     try:
         grid = settings(_numbers(float, thresholds), _numbers(int, file_sizes))
@@ -222,7 +221,8 @@ def sweep(
         check_recording(recording, grid)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--file-sizes") from e
-    rows = [r.asDict() for r in run_sweep(_spark(master), recording, grid, pass_every).collect()]
+    # Checked once, here, before Spark starts: the check parses the whole recording.
+    rows = [r.asDict() for r in replays(_spark(master), recording, grid, pass_every).collect()]
     click.echo(
         f"{'threshold':>9} {'file size':>10} {'max disk/live':>13} {'final':>6} "
         f"{'write amp':>9} {'passes':>6} {'rewritten':>9} {'copied':>10} {'seconds':>7}"

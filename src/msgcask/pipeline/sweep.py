@@ -97,6 +97,13 @@ def sweep(
     writes any more: each task reads it when it runs."""
     check_pass_every(pass_every)
     check_recording(recording, grid)
+    return replays(spark, recording, grid, pass_every)
+
+
+def replays(spark: SparkSession, recording: str, grid: list[Setting], pass_every: int) -> DataFrame:
+    """``sweep``'s job, for a recording and grid ``check_recording`` already
+    passed: that check parses the whole recording on the driver, so a caller
+    that checks before it starts Spark (the command) need not parse it again."""
     frame = spark.createDataFrame(
         [(float(s.compaction_threshold), s.max_file_size) for s in grid],
         "compaction_threshold DOUBLE, max_file_size BIGINT",
