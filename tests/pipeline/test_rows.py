@@ -314,3 +314,31 @@ def test_a_fifo_named_as_a_data_file_is_refused_without_waiting(tmp_path: Path) 
         pytest.fail("the listing waited on the FIFO for a writer")
     assert len(outcome) == 1 and isinstance(outcome[0], msgcask.Error), outcome
     assert f"{fifo}: cannot be read as a data file (not a regular file)" in str(outcome[0])
+
+
+@pytest.mark.parametrize("record", ["PUT", "ACK", "DELIVER"])
+def test_a_message_id_past_bigint_is_an_error_naming_the_file_and_offset(
+    tmp_path: Path, record: str
+) -> None:
+    """Ids in the format are unsigned 64-bit; Spark's BIGINT is signed. The
+    largest id it holds is read, the next one is refused, not read as another id."""
+    big = 2**63
+    encoded = {
+        "PUT": codec.encode_put(big, b"q", 0, 0, codec.encode_headers(None), b"body"),
+        "ACK": codec.encode_ack(big),
+        "DELIVER": codec.encode_deliver(big, 1),
+    }[record]
+    largest = codec.encode_put(big - 1, b"q", 0, 0, codec.encode_headers(None), b"body")
+    path = tmp_path / data_file_name(1)
+    path.write_bytes(codec.encode_file_header(fmt.KIND_JOURNAL, 1, 1) + largest + encoded)
+    (info,) = list_data_files(str(tmp_path))
+    rows = file_rows(info, False)
+    assert next(rows)[FIELD["type"]] == "file"
+    assert next(rows)[FIELD["msg_id"]] == big - 1
+    offset = fmt.FILE_HEADER_SIZE + len(largest)
+    with pytest.raises(msgcask.Error) as e:
+        next(rows)
+    assert str(e.value).startswith(
+        f"{path}: the {record} record at offset {offset} holds message id {big}, 2^63 or more"
+    )
+    assert "read the store with msgcask.open" in str(e.value)

@@ -448,12 +448,14 @@ def test_the_sweep_refuses_a_bad_setting_before_spark_runs_it(spark: Any, tmp_pa
 
 def test_a_task_that_fails_is_one_line_on_the_terminal_too(tmp_path: Path) -> None:
     """In a process of its own, stderr and all: the JVM's log is not the
-    CliRunner's output. An ACK of an id past BIGINT fails the reading task."""
+    CliRunner's output. An ACK of an id past BIGINT fails the reading task,
+    saying where it is."""
     import subprocess
     import sys
 
     pinned_store(tmp_path, lambda n: 20)
     newest = max(p for p in tmp_path.iterdir() if p.suffix == ".log")
+    offset = newest.stat().st_size
     with open(newest, "ab") as f:
         f.write(codec.encode_ack(2**64 - 1))
     run = subprocess.run(
@@ -463,7 +465,8 @@ def test_a_task_that_fails_is_one_line_on_the_terminal_too(tmp_path: Path) -> No
         timeout=300,
     )
     assert run.returncode == 1
-    assert run.stderr.splitlines()[-1].startswith("Error: the Spark job failed in a worker: ")
+    said = f"Error: {newest}: the ACK record at offset {offset} holds message id {2**64 - 1}"
+    assert run.stderr.splitlines()[-1].startswith(said), run.stderr
     assert "Traceback" not in run.stderr and "\tat org.apache" not in run.stderr, run.stderr
 
 

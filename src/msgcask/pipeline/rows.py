@@ -38,6 +38,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("body", "BINARY"),  # put, with the payload option only
 )
 BODY = "body"
+# Spark's BIGINT is signed; message ids in the format are unsigned 64-bit. msgcask
+# numbers messages from 1 upward, so its own stores never come near 2^63.
+BIGINT_MAX = 2**63 - 1
 AT = {name: i for i, (name, _) in enumerate(COLUMNS)}  # a column's place in a row
 
 
@@ -78,7 +81,7 @@ def file_rows(info: DataFileInfo, payload: bool) -> Iterator[tuple[Any, ...]]:
                 yield row(item.offset, item.length, "damage", item.reason)
             continue
         try:
-            fields = _record_row(buf, item, payload)
+            fields = _record_row(buf, item, payload, info.path)
         except (ValueError, UnicodeDecodeError, struct.error) as e:
             # Intact bytes with impossible fields: recovery skips such a record too.
             reason = f"malformed {fmt.RECORD_TYPE_NAMES[item.rtype]} record: {e}"
@@ -87,8 +90,9 @@ def file_rows(info: DataFileInfo, payload: bool) -> Iterator[tuple[Any, ...]]:
         yield (*common, item.offset, item.size, *fields)
 
 
-def _record_row(buf: bytes, item: codec.Record, payload: bool) -> tuple[Any, ...]:
-    """The columns after ``size`` for one intact record."""
+def _record_row(buf: bytes, item: codec.Record, payload: bool, path: str) -> tuple[Any, ...]:
+    """The columns after ``size`` for one intact record; ``msgcask.Error``
+    naming the file and offset for a message id the ``msg_id`` column cannot hold."""
     rtype, start = item.rtype, item.payload_start
     msg_id = queue = priority = deliveries = headers = body_size = victims = body = None
     if rtype == fmt.TYPE_PUT:
@@ -103,6 +107,16 @@ def _record_row(buf: bytes, item: codec.Record, payload: bool) -> tuple[Any, ...
         msg_id, deliveries = fmt.DELIVER_PAYLOAD.unpack_from(buf, start)
     else:
         victims = codec.decode_manifest(buf, start)
+    if msg_id is not None and msg_id > BIGINT_MAX:
+        # Not damage (recovery reads it), but a BIGINT would take it for another id.
+        kind = fmt.RECORD_TYPE_NAMES[rtype].upper()
+        raise Error(
+            f"{path}: the {kind} record at offset {item.offset} holds message id {msg_id}, "
+            "2^63 or more, which the pipeline's msg_id column (a BIGINT) cannot hold. msgcask "
+            "numbers messages upward from 1 (from past the largest id in the files when it "
+            "rebuilds its index), so the first such id came from a record other software "
+            "wrote: read the store with msgcask.open, whose ids are Python ints."
+        )
     row = (
         fmt.RECORD_TYPE_NAMES[rtype],
         msg_id,
