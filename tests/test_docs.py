@@ -662,7 +662,11 @@ def test_pipeline_source_options_have_their_defaults() -> None:
     rows = {
         code_span(r[0]): literal(code_span(r[1])) for r in _pipeline_table("sourceoptions").rows
     }
-    assert rows == {"payload": "false", "partition_bytes": source.DEFAULT_PARTITION_BYTES}
+    assert rows == {
+        "payload": "false",
+        "partition_bytes": source.DEFAULT_PARTITION_BYTES,
+        "deleted": "fail",
+    }
 
 
 def test_pipeline_job_columns_are_documented() -> None:

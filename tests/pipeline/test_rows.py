@@ -342,3 +342,16 @@ def test_a_message_id_past_bigint_is_an_error_naming_the_file_and_offset(
         f"{path}: the {record} record at offset {offset} holds message id {big}, 2^63 or more"
     )
     assert "read the store with msgcask.open" in str(e.value)
+
+
+def test_a_file_deleted_before_it_is_read_is_a_deleted_row_when_asked(tmp_path: Path) -> None:
+    """For a reader that reports it (the audit): the file's bytes when listed,
+    and no other row, where by default the read fails."""
+    fill(tmp_path)
+    snapshot = list_data_files(str(tmp_path))
+    os.remove(snapshot[0].path)
+    (row,) = file_rows(snapshot[0], False, deleted_row=True)
+    assert (row[FIELD["file_id"]], row[FIELD["type"]]) == (snapshot[0].file_id, "deleted")
+    assert row[FIELD["size"]] == snapshot[0].size and len(row) == len(COLUMNS) - 1
+    with pytest.raises(msgcask.Error, match="was deleted while the store was being read"):
+        list(file_rows(snapshot[0], False))

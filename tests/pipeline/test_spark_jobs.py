@@ -91,6 +91,56 @@ def test_the_audit_leaves_out_what_a_compaction_made_redundant(
     assert got == expected
 
 
+def test_the_audit_of_a_store_deleting_files_meanwhile_completes_and_says_so(
+    spark: Any, tmp_path: Path, verify: Any
+) -> None:
+    """A store busy acking deletes the files that empty while the audit lists
+    and reads them (a task per file spreads the reads out): the audit completes,
+    reports those files as deleted, and the store goes on undisturbed."""
+    import threading
+    import time
+
+    store_dir, report = tmp_path / "store", tmp_path / "audit.json"
+    stop = threading.Event()
+    with msgcask.open(store_dir, max_file_size=SMALL, sync_interval=0.01) as store:
+        kept, q = store.queue("kept"), store.queue("q")
+        for _ in range(50):
+            kept.put(b"k" * 500)  # never acked: their file stays, and is read
+        for _ in range(600):
+            q.put(b"x" * 500)
+
+        def churn() -> None:  # the oldest messages acked, as many put: files empty
+            while not stop.is_set():
+                q.put(b"x" * 500)
+                q.ack(q.get(block=False))
+                time.sleep(0.001)
+
+        churning = threading.Thread(target=churn)
+        churning.start()
+        try:
+            for _ in range(5):  # each audit is likely to meet a deletion; one must
+                result = CliRunner().invoke(
+                    main,
+                    ["pipeline", "audit", str(store_dir), "--json", str(report), "--rows", "0"],
+                )
+                assert result.exit_code == 0, result.output
+                totals = json.loads(report.read_text())["totals"]
+                if totals["deleted_files"]:
+                    break
+        finally:
+            stop.set()
+            churning.join()
+        files = json.loads(report.read_text())["files"]
+        deleted = [f for f in files if f["deleted"]]
+        assert len(deleted) == totals["deleted_files"] > 0
+        assert all(f["size"] == f["records"] == f["live_messages"] == 0 for f in deleted)
+        assert totals["data_files"] == len(files) - len(deleted) > 0
+        assert totals["live_messages"] >= len(kept)
+        assert f"note: the store deleted {len(deleted)} data files after they were" in result.output
+        assert (len(kept), len(q)) == (50, 600)
+        verify(store)
+
+
 def test_the_audit_counts_each_files_bytes_records_and_damage(
     spark: Any, tmp_path: Path, scaled: Any
 ) -> None:
@@ -202,6 +252,8 @@ def test_bad_options_are_refused_with_what_to_do(spark: Any, tmp_path: Path) -> 
     pinned_store(tmp_path, lambda n: 50)
     with pytest.raises(Exception, match="'true' or 'false'"):
         spark.read.format("msgcask").option("payload", "yes").load(str(tmp_path)).count()
+    with pytest.raises(Exception, match="'deleted' of the msgcask data source is 'fail' or 'row'"):
+        spark.read.format("msgcask").option("deleted", "skip").load(str(tmp_path)).count()
     for bad in ("0", "-5", "lots"):
         with pytest.raises(Exception, match=r"'partition_bytes' .* a number of bytes > 0"):
             spark.read.format("msgcask").option("partition_bytes", bad).load(str(tmp_path)).count()

@@ -106,6 +106,12 @@ def audit(path: str, master: str, json_out: str | None, rows: int) -> None:
         f"(disk/live {ratio}); {t['needed_acks']} needed acks; "
         f"{t['damaged_bytes']} damaged bytes"
     )
+    if t["deleted_files"]:
+        click.echo(
+            f"note: the store deleted {t['deleted_files']} data files after they were listed "
+            "and before they were read (compacted, or emptied by acks): their records are "
+            "not counted, and the figures are of a store that changed while it was read"
+        )
     click.echo(
         f"{'file':>10} {'kind':>10} {'size':>10} {'live':>10} {'ratio':>6} {'acks':>6}  kept by"
     )
@@ -114,7 +120,9 @@ def audit(path: str, master: str, json_out: str | None, rows: int) -> None:
         kept = ", ".join(f"{q['messages']} in {q['queue']}" for q in by_queue.get(f["file_id"], []))
         if f["needed_acks"]:
             kept = ", ".join(filter(None, [kept, f"{f['needed_acks']} needed acks"]))
-        if f["redundant"]:
+        if f["deleted"]:
+            kept = "deleted by the store during the audit"
+        elif f["redundant"]:
             kept = f"redundant: {f['redundant']}"
         elif f["file_id"] == newest_journal:
             kept = ", ".join(filter(None, [kept, "the newest journal file (the write head)"]))

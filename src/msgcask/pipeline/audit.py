@@ -12,6 +12,11 @@ on one machine and checks the index from outside:
   record, in file order, of the highest count above the PUT record's own.
 
 ``live_by_queue`` says which queues' live messages keep each file.
+
+On a store that a process has open, a listed file that the store deletes
+before its task reads it (compacted, or emptied by acks) is reported as
+``deleted``, and its records are not counted: the figures are then those of a
+store that changed while it was read.
 """
 
 from __future__ import annotations
@@ -36,13 +41,15 @@ FILE_COLUMNS = (
     "damaged_bytes",
     "live_ratio",
     "redundant",
+    "deleted",
 )
 
 
 @dataclass
 class Audit:
     """``files``: a row per data file (``FILE_COLUMNS``); ``live_by_queue``: a row
-    per (file_id, queue) with live messages and bytes; ``totals``: store-wide sums.
+    per (file_id, queue) with live messages and bytes; ``totals``: store-wide sums
+    (``data_files`` read, ``deleted_files`` deleted by the store before they were).
     Both frames are computed from ``rows``, the store's rows cached in Spark (read
     once): ``release()`` frees them when done."""
 
@@ -63,7 +70,7 @@ def audit(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    rows = read_rows(spark, path, partition_bytes=partition_bytes).cache()
+    rows = read_rows(spark, path, partition_bytes=partition_bytes, deleted_rows=True).cache()
     kept = counted(rows)
 
     def put_columns(df: DataFrame) -> DataFrame:
@@ -101,8 +108,9 @@ def audit(
     )
     per_file = rows.groupBy("file_id", "file_kind", "redundant").agg(
         F.sum(F.when(F.col("type") == "file", F.col("size")).otherwise(0)).alias("size"),
-        F.count(F.when(~F.col("type").isin("file", "damage"), 1)).alias("records"),
+        F.count(F.when(~F.col("type").isin("file", "damage", "deleted"), 1)).alias("records"),
         F.sum(F.when(F.col("type") == "damage", F.col("size")).otherwise(0)).alias("damaged_bytes"),
+        F.max(F.col("type") == "deleted").alias("deleted"),
     )
     files = (
         per_file.join(per_file_live, "file_id", "left")
@@ -122,7 +130,8 @@ def audit(
         .orderBy("file_id", "queue")
     )
     summed = files.agg(
-        F.count("*").alias("data_files"),
+        F.count(F.when(~F.col("deleted"), 1)).alias("data_files"),
+        F.count(F.when(F.col("deleted"), 1)).alias("deleted_files"),
         F.sum("size").alias("disk_bytes"),
         F.sum("live_bytes").alias("live_bytes"),
         F.sum("live_messages").alias("live_messages"),

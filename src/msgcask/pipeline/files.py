@@ -4,9 +4,10 @@ the driver, whose files the Spark tasks then read.
 Reading needs no lock and opens nothing for writing, so it is safe beside a
 process that has the store open: data files are append-only. What such a
 process does meanwhile is not all seen: appends to a listed file are, files
-created after the listing are not. A listed file that a compaction pass
-deletes before it is read fails the read (``rows.file_rows``): its records
-moved to a file the snapshot does not have. One deleted between the listing
+created after the listing are not. A listed file that the store deletes
+before it is read fails the read (``rows.file_rows``), or is a ``deleted`` row
+for a reader that reports it (the audit): a compaction pass may have moved its
+records to a file the snapshot does not have. One deleted between the listing
 and the opening of its header makes the snapshot be taken again.
 """
 

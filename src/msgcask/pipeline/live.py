@@ -15,12 +15,14 @@ def read_rows(
     path: str | os.PathLike[str],
     payload: bool = False,
     partition_bytes: int | None = None,
+    deleted_rows: bool = False,
 ) -> DataFrame:
     """The ``msgcask`` source's rows of the store at ``path`` (``partition_bytes``:
-    the source's option of that name, its default if None). A path that is no
-    store, a ``payload`` that is no bool, or a bad ``partition_bytes``, raises
-    here (``msgcask.Error``, ``ValueError``, ``TypeError``) rather than from
-    inside Spark's planner."""
+    the source's option of that name, its default if None; ``deleted_rows``: a
+    file the store deletes before it is read is a ``deleted`` row, where it
+    otherwise fails the job). A path that is no store, a ``payload`` that is no
+    bool, or a bad ``partition_bytes``, raises here (``msgcask.Error``,
+    ``ValueError``, ``TypeError``) rather than from inside Spark's planner."""
     from msgcask.pipeline.files import list_data_files, path_text
 
     path = path_text(path, "the store")
@@ -34,6 +36,8 @@ def read_rows(
     ):
         raise ValueError(f"partition_bytes is a number of bytes > 0, not {partition_bytes!r}")
     reader = spark.read.format("msgcask").option("payload", str(payload).lower())
+    if deleted_rows:
+        reader = reader.option("deleted", "row")
     if partition_bytes is not None:
         reader = reader.option("partition_bytes", str(partition_bytes))
     return reader.load(path)

@@ -26,7 +26,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("redundant", "STRING"),  # why the file's records do not count, or NULL
     ("offset", "BIGINT"),
     ("size", "BIGINT"),  # bytes of the record, damaged stretch, or whole file
-    ("type", "STRING"),  # file | put | ack | deliver | manifest | damage
+    ("type", "STRING"),  # file | put | ack | deliver | manifest | damage | deleted
     ("msg_id", "BIGINT"),  # put, ack, deliver
     ("queue", "STRING"),  # put
     ("priority", "INT"),  # put
@@ -49,26 +49,34 @@ def schema(payload: bool) -> str:
     return ", ".join(f"`{n}` {t}" for n, t in COLUMNS if payload or n != BODY)
 
 
-def file_rows(info: DataFileInfo, payload: bool) -> Iterator[tuple[Any, ...]]:
+def file_rows(
+    info: DataFileInfo, payload: bool, deleted_row: bool = False
+) -> Iterator[tuple[Any, ...]]:
     """The rows of one data file: first a ``file`` row (offset 0, ``size`` the
     bytes read), then its records and damage in file order. A file that cannot
     be read raises ``msgcask.Error`` naming it; so does one deleted since the
-    snapshot was taken, since its records now live in files the snapshot does
-    not have (a compaction pass ran meanwhile): the snapshot is no longer whole."""
-    try:
-        with open(info.path, "rb") as f:
-            buf = f.read()
-    except FileNotFoundError as e:
-        raise Error(
-            f"{info.path} was deleted while the store was being read: {DELETED_WHILE_READ}"
-        ) from e
-    except OSError as e:
-        raise Error(f"{info.path}: cannot be read ({e})") from e
+    snapshot was taken, since its records may now live in files the snapshot
+    does not have (a compaction pass ran meanwhile): the snapshot is no longer
+    whole. With ``deleted_row``, such a file is one ``deleted`` row instead
+    (``size``: its bytes when listed), for a reader that says so."""
     common = (info.file_id, info.kind, info.redundant or None)
 
     def row(offset: int, size: int, kind: str, reason: str | None = None) -> tuple[Any, ...]:
         out = (*common, offset, size, kind, *([None] * 7), reason)
         return (*out, None) if payload else out
+
+    try:
+        with open(info.path, "rb") as f:
+            buf = f.read()
+    except FileNotFoundError as e:
+        if deleted_row:
+            yield row(0, info.size, "deleted")
+            return
+        raise Error(
+            f"{info.path} was deleted while the store was being read: {DELETED_WHILE_READ}"
+        ) from e
+    except OSError as e:
+        raise Error(f"{info.path}: cannot be read ({e})") from e
 
     yield row(0, len(buf), "file")
     try:

@@ -8,7 +8,9 @@ paths, and opens each file in ``read``. On a cluster every executor must see
 the store's directory at the same path (a shared file system).
 
 Options: ``payload`` ("false" by default): "true" adds the ``body`` column;
-``partition_bytes`` (64 MiB): data-file bytes one task reads, in whole files.
+``partition_bytes`` (64 MiB): data-file bytes one task reads, in whole files;
+``deleted`` ("fail" by default): "row" makes a listed file that the store
+deletes before its task reads it a ``deleted`` row instead of failing the job.
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ _TYPE, _SIZE = AT["type"], AT["size"]
 DEFAULT_PARTITION_BYTES = 64 * 2**20  # data-file bytes per task (one file at least)
 
 
-def _flag(options: dict[str, str], name: str) -> bool:
-    raw = options.get(name, "false").strip().lower()
-    if raw not in ("true", "false"):
+def _choice(options: dict[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = options.get(name, default).strip().lower()
+    if raw not in choices:
         raise ValueError(
-            f"option {name!r} of the msgcask data source is 'true' or 'false', not {raw!r}"
+            f"option {name!r} of the msgcask data source is "
+            f"{' or '.join(map(repr, choices))}, not {raw!r}"
         )
-    return raw == "true"
+    return raw
 
 
 class MsgcaskDataSource(DataSource):
@@ -49,7 +52,8 @@ class MsgcaskDataSource(DataSource):
             raise ValueError(
                 'the msgcask data source reads one store: spark.read.format("msgcask").load(dir)'
             )
-        self.payload = _flag(options, "payload")
+        self.payload = _choice(options, "payload", ("true", "false"), "false") == "true"
+        self.deleted_row = _choice(options, "deleted", ("fail", "row"), "fail") == "row"
         raw = options.get("partition_bytes", str(DEFAULT_PARTITION_BYTES))
         try:
             self.partition_bytes = int(raw)
@@ -66,7 +70,7 @@ class MsgcaskDataSource(DataSource):
 
     def reader(self, schema: Any) -> DataSourceReader:
         files = list_data_files(self.options["path"])
-        return MsgcaskReader(files, self.payload, self.partition_bytes)
+        return MsgcaskReader(files, self.payload, self.partition_bytes, self.deleted_row)
 
 
 class FilesPartition(InputPartition):
@@ -78,10 +82,17 @@ class FilesPartition(InputPartition):
 
 
 class MsgcaskReader(DataSourceReader):
-    def __init__(self, files: list[DataFileInfo], payload: bool, partition_bytes: int) -> None:
+    def __init__(
+        self,
+        files: list[DataFileInfo],
+        payload: bool,
+        partition_bytes: int,
+        deleted_row: bool = False,
+    ) -> None:
         self.files = files
         self.payload = payload
         self.partition_bytes = partition_bytes
+        self.deleted_row = deleted_row
 
     def partitions(self) -> list[InputPartition]:
         """Files grouped up to ``partition_bytes`` a task: each task costs tens of
@@ -106,7 +117,9 @@ class MsgcaskReader(DataSourceReader):
 
         assert isinstance(partition, FilesPartition)
         schema = arrow_schema(self.payload)
-        rows = itertools.chain.from_iterable(file_rows(f, self.payload) for f in partition.files)
+        rows = itertools.chain.from_iterable(
+            file_rows(f, self.payload, self.deleted_row) for f in partition.files
+        )
         for chunk in _batches(rows):
             columns = zip(*chunk, strict=True)
             arrays = [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)]
@@ -120,7 +133,7 @@ def _batches(rows: Iterator[tuple[Any, ...]]) -> Iterator[list[tuple[Any, ...]]]
     size = 0
     for row in rows:
         chunk.append(row)
-        if row[_TYPE] != "file":
+        if row[_TYPE] not in ("file", "deleted"):  # rows that hold no bytes read
             size += row[_SIZE]
         if len(chunk) >= BATCH_ROWS or size >= BATCH_BYTES:
             yield chunk
