@@ -355,3 +355,65 @@ def test_a_file_deleted_before_it_is_read_is_a_deleted_row_when_asked(tmp_path: 
     assert row[FIELD["size"]] == snapshot[0].size and len(row) == len(COLUMNS) - 1
     with pytest.raises(msgcask.Error, match="was deleted while the store was being read"):
         list(file_rows(snapshot[0], False))
+
+
+DEAD_LETTERS_THEN_COMPACT = """
+import sys
+
+import msgcask
+from msgcask.store import fs
+
+with msgcask.open(sys.argv[1], max_file_size=2**16, compaction_interval=None) as store:
+    work = store.queue("work", max_deliveries=1)
+    for i in range(900):
+        work.put(b"%d" % i * 100)
+    for i in range(900):
+        message = work.get(block=False)
+        work.nack(message) if i % 10 == 0 else work.ack(message)  # a tenth: into DLQ.work
+    fs.set_crash_point(sys.argv[2])
+    store.compact(threshold=0.9)
+"""
+
+
+def test_the_files_cannot_tell_a_crash_after_the_swaps_commit_from_one_before(
+    tmp_path: Path,
+) -> None:
+    """Why the pipeline may place a message in a victim where an open with the
+    index keeps the compacted copy (docs/pipeline.md): killed just before the
+    pass commits its swap or just after, a store leaves the same data files,
+    byte for byte, and the MANIFEST rule keeps the victims for both; opened, the
+    first keeps its victims and the second its copy."""
+    import subprocess
+    import sys
+
+    from disk_files import written_size
+
+    kept = {}
+    for point in ("compact.before_swap_commit", "compact.after_swap_commit"):
+        store = tmp_path / point
+        run = subprocess.run(
+            [sys.executable, "-c", DEAD_LETTERS_THEN_COMPACT, str(store), point],
+            capture_output=True,
+            timeout=120,
+        )
+        assert run.returncode == -9, run.stderr  # SIGKILLed at the point
+        files = list_data_files(str(store))
+        (copy,) = [f for f in files if f.kind == "compacted"]
+        (victims,) = [r[FIELD["victims"]] for r in file_rows(copy, False) if r[FIELD["victims"]]]
+        assert {f.file_id for f in files if f.redundant} == {copy.file_id}  # victims counted
+        assert any(r[FIELD["queue"]] == "DLQ.work" for r in file_rows(copy, False))
+        written = {
+            f.file_id: Path(f.path).read_bytes()[: written_size(Path(f.path))] for f in files
+        }
+        with msgcask.open(store, max_file_size=2**16, compaction_interval=None) as opened:
+            dead = sorted(m.id for m in opened.queue("DLQ.work").browse())
+        # The copy and victims left (an orphan copy's id, the newest, may come
+        # back as the new write head's).
+        left = list_data_files(str(store))
+        on_disk = {f.file_id for f in left if f.kind == "compacted" or f.file_id in victims}
+        kept[point] = (written, on_disk, dead, copy.file_id, set(victims))
+    (before, kept_before, dead_before, copy, victims), after = kept.values()
+    assert (before, dead_before, copy, victims) == (after[0], after[2], after[3], after[4])
+    assert len(dead_before) == 90 and victims
+    assert kept_before & ({copy} | victims) == victims  # an orphan copy, removed
+    assert after[1] & ({copy} | victims) == {copy}  # retired victims, removed
