@@ -250,9 +250,9 @@ def test_the_dead_letters_command_refuses_an_empty_queue_name_before_spark(
     assert not out.exists()
 
 
-@pytest.mark.parametrize("payload", ["yes", "true", 1, None], ids=["yes", "true", "one", "none"])
-def test_read_rows_refuses_a_payload_that_is_no_bool_before_spark(
-    tmp_path: Path, payload: object
+@pytest.mark.parametrize("flag", ["yes", "true", 1, None], ids=["yes", "true", "one", "none"])
+def test_read_rows_refuses_a_flag_that_is_no_bool_before_spark(
+    tmp_path: Path, flag: object
 ) -> None:
     """Else Spark's planner fails with the source's traceback, or takes "true" for True."""
     from msgcask.pipeline.live import read_rows
@@ -261,4 +261,6 @@ def test_read_rows_refuses_a_payload_that_is_no_bool_before_spark(
     with msgcask.open(store, compaction_interval=None) as s:
         s.queue("q").put(b"x")
     with pytest.raises(TypeError, match="payload is True or False"):
-        read_rows(None, store, payload=payload)  # type: ignore[arg-type]
+        read_rows(None, store, payload=flag)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="deleted_rows is True or False"):
+        read_rows(None, store, deleted_rows=flag)  # type: ignore[arg-type]

@@ -20,14 +20,16 @@ def read_rows(
     """The ``msgcask`` source's rows of the store at ``path`` (``partition_bytes``:
     the source's option of that name, its default if None; ``deleted_rows``: a
     file the store deletes before it is read is a ``deleted`` row, where it
-    otherwise fails the job). A path that is no store, a ``payload`` that is no
-    bool, or a bad ``partition_bytes``, raises here (``msgcask.Error``,
-    ``ValueError``, ``TypeError``) rather than from inside Spark's planner."""
+    otherwise fails the job). A path that is no store, a ``payload`` or
+    ``deleted_rows`` that is no bool, or a bad ``partition_bytes``, raises here
+    (``msgcask.Error``, ``ValueError``, ``TypeError``) rather than from inside
+    Spark's planner."""
     from msgcask.pipeline.files import list_data_files, path_text
 
     path = path_text(path, "the store")
-    if not isinstance(payload, bool):  # the option would say "1" or "none", or take "true"
-        raise TypeError(f"payload is True or False, not {payload!r}")
+    for name, flag in (("payload", payload), ("deleted_rows", deleted_rows)):
+        if not isinstance(flag, bool):  # the option would say "1" or "none", or take "true"
+            raise TypeError(f"{name} is True or False, not {flag!r}")
     list_data_files(path)
     if partition_bytes is not None and (
         isinstance(partition_bytes, bool)
