@@ -264,3 +264,12 @@ def test_read_rows_refuses_a_flag_that_is_no_bool_before_spark(
         read_rows(None, store, payload=flag)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="deleted_rows is True or False"):
         read_rows(None, store, deleted_rows=flag)  # type: ignore[arg-type]
+
+
+def test_a_master_spark_would_refuse_is_refused_before_the_jvm_starts() -> None:
+    from msgcask.pipeline.session import spark_session
+
+    with pytest.raises(ValueError, match="Spark takes yarn or a URL that starts with local"):
+        spark_session("nonsense://nowhere")
+    with pytest.raises(TypeError, match="the Spark master is a URL"):
+        spark_session(None)  # type: ignore[arg-type]

@@ -57,8 +57,8 @@ def require_spark() -> None:
         )
 
 
-def check_master(master: object) -> str:
-    """``master`` if Spark can start with it, else a ValueError saying what it takes."""
+def check_master(master: object) -> None:
+    """A ValueError saying what Spark takes, unless it can start with ``master``."""
     if not isinstance(master, str):
         raise TypeError(f"the Spark master is a URL (a str), not {master!r}")
     if master != "yarn" and not master.startswith(MASTER_PREFIXES):
@@ -66,7 +66,6 @@ def check_master(master: object) -> str:
             "Spark takes yarn or a URL that starts with local, spark or k8s "
             "(local[2], spark://host:7077, k8s://https://host:6443)"
         )
-    return master
 
 
 def spark_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None) -> SparkSession:
