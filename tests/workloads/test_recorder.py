@@ -107,6 +107,14 @@ def test_config_refuses_numbers_out_of_range(name: str, value: float, says: str)
         RunConfig(workload="priority-pin", **{name: value})
 
 
+@pytest.mark.parametrize("producers", [0, -1, 10**9])
+def test_config_refuses_producers_out_of_range_before_slicing_batches(producers: int) -> None:
+    # The batch check slices the run per producer: with none it found no put call,
+    # and with a billion it would slice for minutes.
+    with pytest.raises(ValueError, match=f"producers must be 1 to 64, not {producers}"):
+        RunConfig(batch=10, messages=1000, producers=producers)
+
+
 def test_config_refuses_a_batch_that_cannot_fit_in_a_data_file() -> None:
     # msgcask writes a batch as one record: 1,000 bodies of 1 KiB never fit in 1 MiB.
     with pytest.raises(ValueError, match=r"a batch of 1000 bodies of 1024 bytes .* is 990, or"):

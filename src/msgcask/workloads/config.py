@@ -121,10 +121,11 @@ class RunConfig:
             raise ValueError("pin_every must be at least 2")
         if self.rounds is not None and self.rounds < 1:
             raise ValueError("rounds must be at least 1")
-        self._check_batch_fits()
+        # Before the batch check, which slices the run per producer.
         self._check_range("producers", 1, MAX_THREADS)
         self._check_range("consumers", 1, MAX_THREADS)
         self._check_range("crash_messages", 0, MAX_CRASH_MESSAGES)
+        self._check_batch_fits()
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError("threshold must be in (0, 1]")
         self._check_seconds()
