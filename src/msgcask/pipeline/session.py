@@ -58,7 +58,9 @@ def require_spark() -> None:
 
 
 def check_master(master: object) -> None:
-    """A ValueError saying what Spark takes, unless it can start with ``master``."""
+    """A TypeError if ``master`` is no str; a ValueError saying what Spark takes if
+    it is none Spark could start with (not yarn, nor a URL starting with one of
+    ``MASTER_PREFIXES``). Spark still refuses a bad URL of those, such as ``local[0]``."""
     if not isinstance(master, str):
         raise TypeError(f"the Spark master is a URL (a str), not {master!r}")
     if master != "yarn" and not master.startswith(MASTER_PREFIXES):
