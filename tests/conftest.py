@@ -8,7 +8,8 @@
   Slow suites always run, at small sizes by default.
 * ``verify``: the store's own consistency, checked through the public API only.
 * ``make_sparse``: sparse data files with a tenth of their messages left live.
-* ``spark``: one Spark session for every Spark test (starting one takes seconds).
+* ``spark``: one Spark session for every Spark test (starting one takes seconds);
+  ``spark_runtime`` for those that start Spark processes of their own.
   Spark tests are marked ``spark`` and always run: without PySpark or Java they
   fail, saying what to install (``make test`` installs both).
 """
@@ -238,13 +239,20 @@ def snapshot_fixture() -> Callable[..., dict[str, Any]]:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    from msgcask.pipeline.session import QUIET_CONF, require_spark, spark_session
+def spark_runtime() -> None:
+    """PySpark and Java, or the test fails saying which to install (never a skip)."""
+    from msgcask.pipeline.session import require_spark
 
     try:
         require_spark()
     except msgcask.Error as e:
         pytest.fail(f"Spark tests cannot run: {e}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def spark(spark_runtime: None) -> Iterator[Any]:
+    from msgcask.pipeline.session import QUIET_CONF, spark_session
+
     session = spark_session(conf=QUIET_CONF)
     yield session
     session.stop()

@@ -25,6 +25,9 @@ from msgcask.store.filenames import data_file_name
 
 pytestmark = pytest.mark.spark
 SMALL = 2**16
+# What the JVM prints as it starts, before any log setting applies: the only
+# lines a command's stderr may hold besides its own.
+JVM_STARTUP_LINES = ("WARNING: Using incubator modules", "Setting default log level", "To adjust")
 
 
 def pinned_store(path: Path, scaled: Any) -> None:
@@ -445,8 +448,7 @@ def test_a_bad_master_is_a_clear_error(tmp_path: Path, master: str, cause: str) 
     said = run.stderr.split(f"Error: cannot start Spark with --master {master!r}: ", 1)
     assert len(said) == 2, run.stderr
     assert said[1].startswith(cause) and len(said[1].splitlines()) == 1, said[1]
-    startup = ("WARNING: Using incubator modules", "Setting default log level", "To adjust")
-    assert [line for line in said[0].splitlines() if not line.startswith(startup)] == []
+    assert [line for line in said[0].splitlines() if not line.startswith(JVM_STARTUP_LINES)] == []
 
 
 def test_the_jobs_refuse_a_path_that_is_no_store(spark: Any, tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from msgcask.pipeline.failures import job_failure, spark_cause
 from msgcask.pipeline.files import list_data_files
 from msgcask.pipeline.outputs import check_report, check_spark_output
 from msgcask.pipeline.replay import DEFAULT_PASS_EVERY
-from msgcask.pipeline.session import DEFAULT_MASTER, QUIET_CONF, spark_session
+from msgcask.pipeline.session import DEFAULT_MASTER, QUIET_CONF, TERMINAL_CONF, spark_session
 
 MASTER = click.option(
     "--master",
@@ -32,7 +32,7 @@ STORE = click.argument("path", type=click.Path(exists=True, file_okay=False))
 
 def _spark(master: str):  # type: ignore[no-untyped-def]
     """The session; callers check their inputs first (starting Spark takes seconds)."""
-    conf = dict(QUIET_CONF) if master.startswith("local") else {}
+    conf = dict(QUIET_CONF if master.startswith("local") else TERMINAL_CONF)
     try:
         spark = spark_session(master, conf)
     except Error:

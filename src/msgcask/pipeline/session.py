@@ -23,17 +23,25 @@ DEFAULT_MASTER = "local[2]"
 # with a Java stack on stderr before PySpark can say why.
 MASTER_PREFIXES = ("local", "spark", "k8s")
 _LOG_CONFIG = os.path.join(os.path.dirname(__file__), "log4j2.properties")
-# Local jobs and tests: no web UI or progress bars, few shuffle partitions, a
-# JVM that spends less CPU compiling (about half the JVM's CPU on two cores;
-# its code cache is made larger, as that compiler fills the default in a
-# session of a few dozen jobs, and then stops compiling) and logs errors only.
-QUIET_CONF = {
-    "spark.ui.enabled": "false",
+# On any master, a cluster's too: the driver runs in this process's JVM, whose
+# log (errors only) and progress bars would fill the command's terminal. The
+# log file is a default option, not an extra one: the JVM options a user sets
+# (spark.driver.extraJavaOptions, in spark-defaults.conf say) are kept, and
+# come after it.
+TERMINAL_CONF = {
     "spark.ui.showConsoleProgress": "false",
+    "spark.driver.defaultJavaOptions": f"-Dlog4j2.configurationFile={_LOG_CONFIG}",
+}
+# Local jobs and tests, also: no web UI, few shuffle partitions, a JVM that
+# spends less CPU compiling (about half the JVM's CPU on two cores; its code
+# cache is made larger, as that compiler fills the default in a session of a
+# few dozen jobs, and then stops compiling).
+QUIET_CONF = {
+    **TERMINAL_CONF,
+    "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
     "spark.driver.extraJavaOptions": (
-        "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=512m "
-        f"-Dlog4j2.configurationFile={_LOG_CONFIG}"
+        "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=512m"
     ),
 }
 
