@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,19 @@ from test_spark_jobs import JVM_STARTUP_LINES, index_view, pinned_store
 
 import msgcask
 from msgcask.cli.main import main
-from spark_cluster import LOOPBACK, StandaloneCluster, standalone_cluster
+from spark_cluster import (
+    LOOPBACK,
+    SPARK_DEFAULTS,
+    StandaloneCluster,
+    standalone_cluster,
+    stop_process_trees,
+    write_spark_defaults,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 COMMAND_SECONDS = 300
+# A job the cluster cannot place waits without end: this long for Spark to say so.
+STARVED_SECONDS = 120
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +131,34 @@ def test_the_dead_letters_exported_on_a_cluster_are_the_stores(
     assert len(dlq) >= 2
     assert {r["msg_id"]: r["body"] for r in exported} == {i: m.body for i, m in dlq.items()}
     assert len(exported) == len(dlq)
+
+
+def test_a_job_the_cluster_cannot_place_says_so(
+    cluster: StandaloneCluster, store: Path, tmp_path: Path
+) -> None:
+    """Executors of more memory than the worker has: the job waits for one
+    without end, and Spark's warning, every spark.starvation.timeout, is the
+    only thing that says why (it is a WARN, and the rest of the log says
+    errors only)."""
+    starving = {
+        **SPARK_DEFAULTS,
+        "spark.executor.memory": "2g",  # the worker has 1g
+        "spark.starvation.timeout": "1s",
+    }
+    conf_dir = write_spark_defaults(tmp_path / "conf", starving)
+    command, env = as_a_user(cluster, ["audit", str(store)], conf_dir)
+    with open(tmp_path / "stderr", "wb") as err:
+        waiting = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True
+        )
+    said = "WARN TaskSchedulerImpl: Initial job has not accepted any resources"
+    try:
+        deadline = time.monotonic() + STARVED_SECONDS
+        while said not in (tmp_path / "stderr").read_text() and waiting.poll() is None:
+            assert time.monotonic() < deadline, (tmp_path / "stderr").read_text()
+            time.sleep(0.2)
+        assert said in (tmp_path / "stderr").read_text()
+        assert waiting.poll() is None  # still waiting: a user stops it
+    finally:
+        assert stop_process_trees([waiting.pid]) == []
+        waiting.poll()
