@@ -162,3 +162,25 @@ def test_a_job_the_cluster_cannot_place_says_so(
     finally:
         assert stop_process_trees([waiting.pid]) == []
         waiting.poll()
+
+
+def test_the_sweep_on_a_cluster_equals_a_local_sweep(
+    spark: Any, cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    """Its tasks open the recording themselves (each replays it), in the
+    executor's directory: a relative path must not be resolved there."""
+    from test_replay import record
+
+    from msgcask.pipeline.replay import Setting
+    from msgcask.pipeline.sweep import sweep
+
+    record(tmp_path / "rec", 300)
+    args = ["sweep", "rec", "--thresholds", "0.5", "--file-sizes", "65536", "--json", "s.json"]
+    assert_quiet(on_the_cluster(cluster, args, tmp_path))
+    (on_cluster,) = json.loads((tmp_path / "s.json").read_text())["rows"]
+    (local,) = [
+        r.asDict() for r in sweep(spark, str(tmp_path / "rec"), [Setting(0.5, 65536)]).collect()
+    ]
+    for row in (on_cluster, local):
+        del row["seconds"]  # the only figure that is not the recording's
+    assert on_cluster == local and local["records"] > 0

@@ -5,6 +5,7 @@ as many cores or executors as there are."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +105,9 @@ def replays(spark: SparkSession, recording: str, grid: list[Setting], pass_every
     """``sweep``'s job, for a recording and grid ``check_recording`` already
     passed: that check parses the whole recording on the driver, so a caller
     that checks before it starts Spark (the command) need not parse it again."""
+    # Each task opens the recording itself, in its executor's working directory
+    # (on a cluster, not the command's): a relative path is resolved here.
+    recording = os.path.abspath(recording)
     frame = spark.createDataFrame(
         [(float(s.compaction_threshold), s.max_file_size) for s in grid],
         "compaction_threshold DOUBLE, max_file_size BIGINT",
