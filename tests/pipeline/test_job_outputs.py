@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
+import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -273,3 +277,61 @@ def test_a_master_spark_would_refuse_is_refused_before_the_jvm_starts() -> None:
         spark_session("nonsense://nowhere")
     with pytest.raises(TypeError, match="the Spark master is a URL"):
         spark_session(None)  # type: ignore[arg-type]
+
+
+def _port_nobody_listens_on() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("master", "said"),
+    [
+        ("spark://:7077", "names no host"),
+        ("spark://host:port", "'host:port' in 'spark://host:port' is not host:port"),
+        ("spark://a:7077,b:99999", "'b:99999' in 'spark://a:7077,b:99999' is not host:port"),
+    ],
+)
+def test_a_standalone_master_url_that_is_not_host_port_is_refused(master: str, said: str) -> None:
+    from msgcask.pipeline.session import spark_session
+
+    with pytest.raises(ValueError, match=re.escape(said)):
+        spark_session(master)
+
+
+def test_a_standalone_master_that_does_not_answer_is_the_commands_one_line_error(
+    tmp_path: Path,
+) -> None:
+    """In a process of its own, as a user runs it: the error comes before a JVM
+    starts (none of its start-up lines), not after Spark's minute of retries."""
+    store = tmp_path / "store"
+    with msgcask.open(store, compaction_interval=None) as s:
+        s.queue("q").put(b"x")
+    port = _port_nobody_listens_on()
+    master = f"spark://127.0.0.1:{port}"
+    command = ["pipeline", "audit", str(store), "--master", master]
+    run = subprocess.run(
+        [sys.executable, "-m", "msgcask.cli.main", *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == [
+        f"Error: no Spark master answers at 127.0.0.1:{port} (Connection refused): "
+        f"start the master, or check the URL {master!r}"
+    ]
+
+
+def test_a_standalone_url_answers_if_any_of_its_masters_does() -> None:
+    from msgcask.pipeline.session import check_master_answers
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        live = listening.getsockname()[1]
+        dead = _port_nobody_listens_on()
+        check_master_answers(f"spark://127.0.0.1:{dead},127.0.0.1:{live}")
+        with pytest.raises(msgcask.Error, match=f"127.0.0.1:{dead} .*127.0.0.1:{dead}"):
+            check_master_answers(f"spark://127.0.0.1:{dead},127.0.0.1:{dead}")

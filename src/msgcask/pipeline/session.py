@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from msgcask.errors import Error
 
@@ -22,6 +24,11 @@ DEFAULT_MASTER = "local[2]"
 # The masters spark-submit takes (SparkSubmit's own rule); any other ends the JVM
 # with a Java stack on stderr before PySpark can say why.
 MASTER_PREFIXES = ("local", "spark", "k8s")
+STANDALONE_PORT = 7077  # a spark:// master's port when its URL names none
+# How long to try each master of a spark:// URL before saying none answers:
+# Spark itself retries an unreachable master for about a minute, then fails
+# with "Cannot call methods on a stopped SparkContext".
+MASTER_CONNECT_SECONDS = 5.0
 _LOG_CONFIG = os.path.join(os.path.dirname(__file__), "log4j2.properties")
 # On any master, a cluster's too: the driver runs in this process's JVM, whose
 # log (errors only) and progress bars would fill the command's terminal. The
@@ -68,7 +75,8 @@ def require_spark() -> None:
 def check_master(master: object) -> None:
     """A TypeError if ``master`` is no str; a ValueError saying what Spark takes if
     it is none Spark could start with (not yarn, nor a URL starting with one of
-    ``MASTER_PREFIXES``). Spark still refuses a bad URL of those, such as ``local[0]``."""
+    ``MASTER_PREFIXES``, or a ``spark://`` URL whose masters are not host:port).
+    Spark still refuses a bad URL of those, such as ``local[0]``."""
     if not isinstance(master, str):
         raise TypeError(f"the Spark master is a URL (a str), not {master!r}")
     if master != "yarn" and not master.startswith(MASTER_PREFIXES):
@@ -76,6 +84,43 @@ def check_master(master: object) -> None:
             "Spark takes yarn or a URL that starts with local, spark or k8s "
             "(local[2], spark://host:7077, k8s://https://host:6443)"
         )
+    if master.startswith("spark://"):
+        standalone_masters(master)  # each host:port well formed
+
+
+def standalone_masters(master: str) -> list[tuple[str, int]]:
+    """The (host, port) of each master a ``spark://h1:p1,h2:p2`` URL names."""
+    masters = []
+    for entry in master.removeprefix("spark://").split(","):
+        try:
+            where = urlsplit(f"//{entry}")
+            host, port = where.hostname, where.port
+        except ValueError as e:  # a port that is no number, or out of range
+            raise ValueError(f"{entry!r} in {master!r} is not host:port ({e})") from None
+        if not host:
+            raise ValueError(f"{master!r} names no host: spark://host:7077 or spark://h1:p1,h2:p2")
+        masters.append((host, STANDALONE_PORT if port is None else port))
+    return masters
+
+
+def check_master_answers(master: str, timeout: float = MASTER_CONNECT_SECONDS) -> None:
+    """For a standalone cluster's ``spark://`` URL, ``msgcask.Error`` at once if
+    none of its masters accepts a connection, instead of Spark's minute of
+    retries. Any other master is left to Spark."""
+    if not master.startswith("spark://"):
+        return
+    refusals = []
+    for host, port in standalone_masters(master):
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+        except OSError as e:
+            refusals.append(f"{host}:{port} ({e.strerror or e})")
+        else:
+            return
+    raise Error(
+        f"no Spark master answers at {', '.join(refusals)}: start the master, "
+        f"or check the URL {master!r}"
+    )
 
 
 def spark_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None) -> SparkSession:
@@ -83,9 +128,11 @@ def spark_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = No
 
     Python workers run this interpreter (so they import this msgcask), and a
     local session binds to the loopback interface only. A ``master`` Spark
-    would refuse is a ValueError, before the JVM starts."""
+    would refuse is a ValueError, and a ``spark://`` master that does not
+    answer a msgcask.Error, before the JVM starts."""
     check_master(master)
     require_spark()
+    check_master_answers(master)
     from pyspark.sql import SparkSession
 
     from msgcask.pipeline.source import MsgcaskDataSource
