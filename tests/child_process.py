@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -66,3 +67,14 @@ def child_process(cmd: list[str], out_path: Path) -> Iterator[Child]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``msgcask ARGS...`` run to its end in a process of its own, as a user runs
+    it: its exit status and its whole stdout and stderr, as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "msgcask.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

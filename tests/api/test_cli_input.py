@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import click
@@ -15,6 +13,7 @@ from click.testing import CliRunner
 from hold_store import start_holder
 
 import msgcask
+from child_process import run_cli
 from disk_files import listdir_refusing
 from msgcask.cli.bench import bench, demo
 from msgcask.cli.main import _guess_file_size, main
@@ -238,12 +237,7 @@ def test_check_reports_a_fifo_named_like_a_data_file_without_opening_it(
     # In a child, with a time limit: opening a FIFO for reading waits for a writer.
     fifo = store_dir / "0000000002.log"
     os.mkfifo(fifo)
-    run = subprocess.run(
-        [sys.executable, "-m", "msgcask.cli.main", "check", str(store_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = run_cli("check", str(store_dir), timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr
     assert f"PROBLEM: {fifo}: not a regular file" in run.stderr
     assert "Traceback" not in run.stderr

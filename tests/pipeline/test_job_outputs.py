@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 import re
 import socket
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
 import msgcask
+from child_process import run_cli
 from disk_files import listdir_refusing
 from msgcask.pipeline.failures import job_failure
 from msgcask.pipeline.outputs import check_report, check_spark_output, local_path
@@ -310,13 +309,7 @@ def test_a_standalone_master_that_does_not_answer_is_the_commands_one_line_error
         s.queue("q").put(b"x")
     port = _port_nobody_listens_on()
     master = f"spark://127.0.0.1:{port}"
-    command = ["pipeline", "audit", str(store), "--master", master]
-    run = subprocess.run(
-        [sys.executable, "-m", "msgcask.cli.main", *command],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = run_cli("pipeline", "audit", str(store), "--master", master)
     assert run.returncode == 1
     assert run.stderr.splitlines() == [
         f"Error: no Spark master answers at 127.0.0.1:{port} (Connection refused): "

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import msgcask
+from child_process import run_cli
 from msgcask.check import scan_files
 from msgcask.cli.main import main
 from msgcask.pipeline.audit import audit
@@ -433,17 +434,8 @@ def test_a_bad_master_is_a_clear_error(tmp_path: Path, master: str, cause: str) 
     """In a process of its own: a session already running would be reused. The
     JVM says nothing of it on stderr (no ERROR line, no Java stack): only the
     lines it prints as it starts, then the command's error."""
-    import subprocess
-    import sys
-
     pinned_store(tmp_path, lambda n: 20)
-    command = ["pipeline", "audit", str(tmp_path), "--master", master]
-    run = subprocess.run(
-        [sys.executable, "-m", "msgcask.cli.main", *command],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = run_cli("pipeline", "audit", str(tmp_path), "--master", master)
     assert run.returncode == 1
     said = run.stderr.split(f"Error: cannot start Spark with --master {master!r}: ", 1)
     assert len(said) == 2, run.stderr
@@ -504,20 +496,12 @@ def test_a_task_that_fails_is_one_line_on_the_terminal_too(tmp_path: Path) -> No
     """In a process of its own, stderr and all: the JVM's log is not the
     CliRunner's output. An ACK of an id past BIGINT fails the reading task,
     saying where it is."""
-    import subprocess
-    import sys
-
     pinned_store(tmp_path, lambda n: 20)
     newest = max(p for p in tmp_path.iterdir() if p.suffix == ".log")
     offset = newest.stat().st_size
     with open(newest, "ab") as f:
         f.write(codec.encode_ack(2**64 - 1))
-    run = subprocess.run(
-        [sys.executable, "-m", "msgcask.cli.main", "pipeline", "audit", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = run_cli("pipeline", "audit", str(tmp_path))
     assert run.returncode == 1
     said = f"Error: {newest}: the ACK record at offset {offset} holds message id {2**64 - 1}"
     assert run.stderr.splitlines()[-1].startswith(said), run.stderr
