@@ -306,8 +306,7 @@ class Compactor:
         except BaseException as e:
             # What the pass did so far is done all the same: the totals count
             # it, and the files a failed deletion removed before it failed.
-            if isinstance(e, DeletionFailed):
-                done.add(e.done)
+            done.add_failure(e)
             self.totals = self.totals.plus(done.report)
             raise
         if idle:
@@ -329,7 +328,7 @@ class Compactor:
         except (ClosedError, IndexFailedError):
             raise  # the caller stops background work
         except Error as e:
-            _count_deleted_before(e, done)
+            done.add_failure(e)
             self._deletion_failures.failed(e)  # the files stay retired; retried later
             return 0
         else:
@@ -347,7 +346,7 @@ class Compactor:
         try:
             done.add(finish_deletions(store))
         except Error as e:
-            _count_deleted_before(e, done)
+            done.add_failure(e)
             return  # raised by the next pass, which says why
         for _ in range(_MAX_RECLAIM_ROUNDS):
             with store._lock:
@@ -478,14 +477,13 @@ class _Done:
     def add(self, done: CompactionReport) -> None:
         self.report = self.report.plus(done)
 
+    def add_failure(self, error: BaseException) -> None:
+        """Add the files a failed deletion removed before it failed (``error``
+        is a DeletionFailed): they are gone all the same."""
+        if isinstance(error, DeletionFailed):
+            self.add(error.done)
+
     @property
     def files(self) -> int:
         """Data files deleted, of either kind."""
         return self.report.files_deleted + self.report.files_rewritten
-
-
-def _count_deleted_before(error: Error, done: _Done) -> None:
-    """Add to ``done`` the files a failed deletion removed before it failed:
-    they are gone all the same."""
-    if isinstance(error, DeletionFailed):
-        done.add(error.done)
