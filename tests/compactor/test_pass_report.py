@@ -184,6 +184,20 @@ class StuckFiles(FileSystem):
         super().fsync_dir(path)
 
 
+def _stuck_store(path: Path) -> tuple[StuckFiles, msgcask.Store]:
+    """A store at ``path`` whose file system fails the deletions the test names."""
+    fs = StuckFiles()
+    return fs, msgcask.Store(path, _fs=fs, **QUIET)  # type: ignore[arg-type]
+
+
+def _two_sealed_files(store: msgcask.Store) -> msgcask.Queue:
+    """Files 1 and 2 sealed and full of live messages, 3 the head; their queue."""
+    q = store.queue("q")
+    for _ in range(300):
+        q.put(b"p" * 500)
+    return q
+
+
 def _four_sparse_files(store: msgcask.Store) -> None:
     """Files 1 to 4 sealed, each kept by a few live messages (a pass at
     threshold 0.5 rewrites them all), 5 the head."""
@@ -197,12 +211,9 @@ def _four_sparse_files(store: msgcask.Store) -> None:
 
 def test_a_retired_file_deleted_at_last_counts_as_deleted(tmp_path: Path) -> None:
     path = tmp_path / "s"
-    fs = StuckFiles()
-    store = msgcask.Store(path, _fs=fs, **QUIET)  # type: ignore[arg-type]
+    fs, store = _stuck_store(path)
     with store:
-        q = store.queue("q")
-        for _ in range(300):  # files 1 and 2 sealed, 3 the head
-            q.put(b"p" * 500)
+        q = _two_sealed_files(store)
         for _ in range(len(store.why_kept(1).live_messages)):
             q.ack(q.get(block=False))
         fs.stuck.add(str(path / data_file_name(1)))
@@ -222,8 +233,7 @@ def test_victims_deleted_before_a_deletion_fails_count_in_the_totals(tmp_path: P
     # The swap committed and the first victims are gone when the unlink of a
     # later one fails: the files gone count, and the later pass counts the rest.
     path = tmp_path / "s"
-    fs = StuckFiles()
-    store = msgcask.Store(path, _fs=fs, **QUIET)  # type: ignore[arg-type]
+    fs, store = _stuck_store(path)
     with store:
         _four_sparse_files(store)
         sealed = [f.file_id for f in store.stats().files if f.file_id != 5]
@@ -249,12 +259,9 @@ def test_victims_deleted_before_a_deletion_fails_count_in_the_totals(tmp_path: P
 
 def test_files_deleted_whole_before_a_deletion_fails_count_in_the_totals(tmp_path: Path) -> None:
     path = tmp_path / "s"
-    fs = StuckFiles()
-    store = msgcask.Store(path, _fs=fs, **QUIET)  # type: ignore[arg-type]
+    fs, store = _stuck_store(path)
     with store:
-        q = store.queue("q")
-        for _ in range(300):  # files 1 and 2 sealed, 3 the head
-            q.put(b"p" * 500)
+        q = _two_sealed_files(store)
         sealed = {i for f in (1, 2) for _, i in store.why_kept(f).live_messages}
         for m in each_available(q):
             if m.id in sealed:  # files 1 and 2 hold nothing needed, the head stays
@@ -317,8 +324,7 @@ def test_victims_whose_deletion_a_later_pass_completes_count_as_rewritten(
     # the fsync of the directory after every unlink): the next pass deletes
     # them. They were rewritten, and count so, once.
     path = tmp_path / "s"
-    fs = StuckFiles()
-    store = msgcask.Store(path, _fs=fs, **QUIET)  # type: ignore[arg-type]
+    fs, store = _stuck_store(path)
     with store:
         _four_sparse_files(store)
         if fault == "unlink":
