@@ -50,6 +50,7 @@ from msgcask.compactor.policy import MARK_COST
 from msgcask.cpu import run_this_thread_on
 from msgcask.errors import (
     ClosedError,
+    CorruptionError,
     Empty,
     Error,
     IndexFailedError,
@@ -1808,7 +1809,17 @@ class Store:
             if account is None:
                 known = sorted(f for f, a in self._acct.files.items() if not a.retired)
                 raise ValueError(f"no data file {file_id}; the store has files {known}")
-            records = needed.parse(self._handles[file_id].read_all())
+            handle = self._handles[file_id]
+            try:
+                raw = handle.read_all()
+            except OSError as e:  # a bad sector: say which file, not a bare OSError
+                raise CorruptionError(
+                    f"{handle.path}: cannot be read ({e.strerror or e}), so what keeps it "
+                    f"cannot be told. Check the disk; `msgcask check {self.path}` lists "
+                    "every file it cannot read",
+                    path=handle.path,
+                ) from e
+            records = needed.parse(raw)
             found = needed.classify(self._catalog, file_id, records, self._acct.id_ranges())
             needed.drop_acks_past_their_file(self, found)
             names = {qid: name for name, qid in self._catalog.queue_ids.items()}

@@ -199,3 +199,21 @@ def test_a_browse_that_cannot_read_a_delivered_message_leaves_it_to_its_consumer
         getattr(q, settle)(m)
         assert [x.body for x in q.browse()] == ([] if settle == "ack" else [b"delivered"])
         assert store.verify() == []
+
+
+def test_why_kept_of_a_file_that_cannot_be_read_raises_a_msgcask_error_naming_it(
+    store_path: Path,
+) -> None:
+    fs = FaultyFileSystem()
+    ids = two_file_store(store_path, fs)
+    first = store_path / "0000000001.log"
+    with open_store(store_path, fs) as store:
+        fs.bad_sectors[str(first)] = set(range(0, SMALL_FILE, 512))
+        with pytest.raises(msgcask.CorruptionError, match=f"{first}.*Input/output error") as e:
+            store.why_kept(1)
+        assert e.value.path == str(first)
+        fs.bad_sectors.clear()  # the disk recovers: the answer comes, and nothing changed
+        assert len(store.why_kept(1).live_messages) == len(ids) - len(
+            put_offsets(store_path / "0000000002.log")
+        )
+        assert [m.id for m in store.queue("q").browse()] == ids
