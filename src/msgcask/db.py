@@ -1578,14 +1578,16 @@ class Store:
                 del self._inflight[msg_id]
                 return
             max_deliveries, dead_letter_queue = self._queue_settings.get(name, (None, None))
-            if max_deliveries is None or entry.deliveries < max_deliveries:
+            due = max_deliveries is not None and entry.deliveries >= max_deliveries
+            # A delivered message is its consumer's until settled: one that cannot
+            # be read for its dead-letter copy (an I/O error may pass) goes back,
+            # not to quarantine; the next get reads it again, and quarantines it
+            # only if it still cannot.
+            put = self._read_put(msg_id, entry, quarantine=False) if due else None
+            if put is None:
                 del self._inflight[msg_id]
                 rt.rewind(keys.order_key(rt.qid, entry.priority, msg_id))
                 rt.wake()
-                return
-            put = self._read_put(msg_id, entry)
-            if put is None:  # damaged: quarantined instead of dead-lettered
-                del self._inflight[msg_id]
                 return
             dlq = dead_letter_queue or f"DLQ.{name}"
         # Dead-letter: one batch of PUT (a new id, in the DLQ) and ACK of the original.

@@ -217,3 +217,28 @@ def test_why_kept_of_a_file_that_cannot_be_read_raises_a_msgcask_error_naming_it
             put_offsets(store_path / "0000000002.log")
         )
         assert [m.id for m in store.queue("q").browse()] == ids
+
+
+def test_a_nack_that_cannot_read_the_message_to_dead_letter_it_puts_it_back(
+    store_path: Path,
+) -> None:
+    # A delivered message stays its consumer's: a read error (perhaps passing) when
+    # its last nack would copy it to the dead-letter queue must not drop it. It goes
+    # back, and the next get reads it again.
+    fs = FaultyFileSystem()
+    ids = two_file_store(store_path, fs)
+    first = store_path / "0000000001.log"
+    with open_store(store_path, fs) as store:
+        q = store.queue("q", max_deliveries=1)
+        m = q.get(block=False)
+        fs.bad_sectors[str(first)] = set(range(SMALL_FILE))
+        q.nack(m)
+        assert store.stats().corruptions == []
+        fs.bad_sectors.clear()
+        assert len(q) == len(ids)
+        again = q.get(block=False)
+        assert (again.id, again.deliveries) == (m.id, 2)
+        q.nack(again)  # readable now: dead-lettered
+        [dead] = store.queue("DLQ.q").browse()
+        assert (dead.body, dead.headers["x-original-id"]) == (m.body, str(m.id))
+        assert store.verify() == []
