@@ -323,3 +323,19 @@ def test_check_index_fails_when_the_index_disagrees_with_intact_data_files(
     assert code == 1, output
     assert f"PROBLEM: index: live message {message.id} has no order key" in output, output
     assert "ok" not in output.splitlines()
+
+
+@pytest.mark.parametrize("file_id", ["-1", "-12"])
+def test_why_kept_of_a_negative_file_id_says_what_file_ids_are(
+    store_dir: Path, file_id: str
+) -> None:
+    # Not "No such option '-1'": a negative number there is a file id that cannot be.
+    before = sorted(p.name for p in store_dir.iterdir())
+    code, output = _run(main, ["why-kept", str(store_dir), file_id])
+    assert code == 2, output
+    assert f"Invalid value for 'FILE_ID': {file_id} is not a data file id" in output
+    assert "msgcask stats" in output
+    assert sorted(p.name for p in store_dir.iterdir()) == before
+    # A misspelt option is still one.
+    code, output = _run(main, ["why-kept", str(store_dir), "1", "--max-file-sise", "65536"])
+    assert code == 2 and "No such option" in output

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 import sys
 
@@ -176,7 +177,27 @@ def stats(path: str, max_file_size: int | None) -> None:
             )
 
 
-@main.command("why-kept")
+class _FileIdCommand(click.Command):
+    """A negative FILE_ID reads as an option to click ("No such option '-1'"):
+    say instead that it is no file id, and where the ids are."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)  # the parser consumes ``args``
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption:
+            negative = next((a for a in given if re.fullmatch(r"-[0-9]+", a)), None)
+            if negative is None:
+                raise
+            raise click.BadParameter(
+                f"{negative} is not a data file id: ids are the numbers in the data files' "
+                "names, from 1 (0000000001.log is 1); `msgcask stats PATH` lists them",
+                ctx=ctx,
+                param_hint="'FILE_ID'",
+            ) from None
+
+
+@main.command("why-kept", cls=_FileIdCommand)
 @click.argument("path", type=click.Path(exists=True, file_okay=False))
 @click.argument("file_id", type=int)
 @MAX_FILE_SIZE
