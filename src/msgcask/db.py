@@ -241,6 +241,13 @@ def _made_by_open(path: str, name: str) -> bool:
 
 
 def _check_store_path(path: str) -> None:
+    if os.path.islink(path) and not os.path.exists(path):
+        # Not created through the link: a link dangles when the disk it leads to
+        # is not mounted, and a store made there would land on the wrong one.
+        raise Error(
+            f"{path} is a symbolic link to {os.readlink(path)}, which does not exist: "
+            "create that directory (or mount its disk) first, or give another path"
+        )
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotAStoreError(f"{path} is a file, not a store directory")
     if os.path.isdir(path):

@@ -1128,6 +1128,7 @@ def _open_failures(tmp_path: Path) -> dict[str, tuple[object, type[Exception], s
     (tmp_path / "dir-named-like-a-data-file" / "0000000009.log").mkdir(parents=True)
     (tmp_path / "garbage").mkdir()
     (tmp_path / "garbage" / "0000000001.log").write_bytes(b"not a data file" * 10)
+    (tmp_path / "dangling").symlink_to(tmp_path / "unmounted" / "store")
     return {
         "under_a_file": (tmp_path / "a-file" / "store", msgcask.Error, "Not a directory"),
         "empty": ("", ValueError, "must not be empty"),
@@ -1143,6 +1144,12 @@ def _open_failures(tmp_path: Path) -> dict[str, tuple[object, type[Exception], s
             "bad magic.*msgcask check .*garbage",  # what to do, and where
         ),
         "bytes_path": (_BytesPath(tmp_path / "bytes-store"), TypeError, "str path"),
+        # Not "File exists. Move what is in the way out of the store's directory".
+        "dangling_link": (
+            tmp_path / "dangling",
+            msgcask.Error,
+            f"symbolic link to {tmp_path}/unmounted/store, which does not exist",
+        ),
     }
 
 
@@ -1155,6 +1162,7 @@ def _open_failures(tmp_path: Path) -> dict[str, tuple[object, type[Exception], s
         "data_file_is_a_directory",
         "garbage_data_file",
         "bytes_path",
+        "dangling_link",
     ],
 )
 def test_an_open_that_fails_raises_a_msgcask_error_and_changes_nothing(
