@@ -44,10 +44,15 @@ def two_file_store(path: Path, fs: FaultyFileSystem) -> list[int]:
     return ids
 
 
-def test_read_error_on_get_skips_the_message_and_reports_it(store_path: Path) -> None:
+def faulty_two_file_store(path: Path) -> tuple[FaultyFileSystem, list[int], Path]:
+    """``two_file_store`` on a fault-injecting file system: the file system, the
+    ids, and the sealed file 1."""
     fs = FaultyFileSystem()
-    ids = two_file_store(store_path, fs)
-    first = store_path / "0000000001.log"
+    return fs, two_file_store(path, fs), path / "0000000001.log"
+
+
+def test_read_error_on_get_skips_the_message_and_reports_it(store_path: Path) -> None:
+    fs, ids, first = faulty_two_file_store(store_path)
     bad = put_offsets(first)[ids[1]] + 5
     fs.bad_sectors[str(first)] = {bad}
     with open_store(store_path, fs) as store:
@@ -60,9 +65,7 @@ def test_read_error_on_get_skips_the_message_and_reports_it(store_path: Path) ->
 
 
 def test_read_error_in_browse_skips_the_message_and_reports_it(store_path: Path) -> None:
-    fs = FaultyFileSystem()
-    ids = two_file_store(store_path, fs)
-    first = store_path / "0000000001.log"
+    fs, ids, first = faulty_two_file_store(store_path)
     fs.bad_sectors[str(first)] = {put_offsets(first)[ids[1]] + 5}
     with open_store(store_path, fs) as store:
         assert [m.id for m in store.queue("q").browse()] == [ids[0], *ids[2:]]
@@ -204,9 +207,7 @@ def test_a_browse_that_cannot_read_a_delivered_message_leaves_it_to_its_consumer
 def test_why_kept_of_a_file_that_cannot_be_read_raises_a_msgcask_error_naming_it(
     store_path: Path,
 ) -> None:
-    fs = FaultyFileSystem()
-    ids = two_file_store(store_path, fs)
-    first = store_path / "0000000001.log"
+    fs, ids, first = faulty_two_file_store(store_path)
     with open_store(store_path, fs) as store:
         fs.bad_sectors[str(first)] = set(range(0, SMALL_FILE, 512))
         with pytest.raises(msgcask.CorruptionError, match=f"{first}.*Input/output error") as e:
@@ -225,9 +226,7 @@ def test_a_nack_that_cannot_read_the_message_to_dead_letter_it_puts_it_back(
     # A delivered message stays its consumer's: a read error (perhaps passing) when
     # its last nack would copy it to the dead-letter queue must not drop it. It goes
     # back, and the next get reads it again.
-    fs = FaultyFileSystem()
-    ids = two_file_store(store_path, fs)
-    first = store_path / "0000000001.log"
+    fs, ids, first = faulty_two_file_store(store_path)
     with open_store(store_path, fs) as store:
         q = store.queue("q", max_deliveries=1)
         m = q.get(block=False)
