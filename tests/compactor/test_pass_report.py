@@ -17,6 +17,7 @@ earlier pass failed to delete, and for a swap that keeps its victims.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from pathlib import Path
 
@@ -357,3 +358,56 @@ def test_victims_whose_deletion_a_later_pass_completes_count_as_rewritten(
         assert totals.files_deleted == len(gone - victims)
         assert totals.bytes_reclaimed == sum(before[f] for f in gone)
         assert store.verify() == []
+
+
+def _empty_file(
+    store: msgcask.Store, q: msgcask.Queue, held: list[msgcask.Message], file_id: int
+) -> None:
+    """Ack the messages of ``held`` (delivered, not yet acked) whose records
+    are in ``file_id``: it holds nothing needed then."""
+    in_file = {i for _, i in store.why_kept(file_id).live_messages}
+    for m in [m for m in held if m.id in in_file]:
+        q.ack(m)
+        held.remove(m)
+
+
+def _deletion_failures_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.message for r in caplog.records if "deleting emptied data files failed" in r.message]
+
+
+def test_deletions_between_passes_kept_back_by_a_stuck_retired_file_log_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # File 1 stays retired after a pass failed to delete it; file 2 empties
+    # next. The deletion between passes must first delete file 1, and fails:
+    # that failure is logged (once), file 2 waits, and the next pass says why.
+    caplog.set_level(logging.ERROR, logger="msgcask")
+    path = tmp_path / "s"
+    fs, store = _stuck_store(path)
+    with store:
+        q = _two_sealed_files(store)
+        held = list(each_available(q))
+        _empty_file(store, q, held, 1)
+        fs.stuck.add(str(path / data_file_name(1)))
+        with pytest.raises(msgcask.Error, match="deleting data files"):
+            store.compact()  # told to its caller, not logged
+        assert _deletion_failures_logged(caplog) == []
+        _empty_file(store, q, held, 2)
+        for _ in range(2):
+            assert store._compactor.reclaim_emptied() == 0
+        (failure,) = _deletion_failures_logged(caplog)
+        assert "Check the permissions" in failure
+        assert [(f.file_id, f.retired) for f in store.stats().files][:2] == [(1, True), (2, False)]
+        with pytest.raises(msgcask.Error, match="deleting data files"):
+            store.compact()
+        fs.stuck.clear()
+        assert store._compactor.reclaim_emptied() == 2
+        assert {1, 2}.isdisjoint(_on_disk(path))
+        assert store.stats().compaction.files_deleted == 2
+        # Failing again after a success is news again.
+        _empty_file(store, q, held, 3)
+        with store._lock:
+            store._roll_over()
+        fs.stuck.add(str(path / data_file_name(3)))
+        assert store._compactor.reclaim_emptied() == 0
+        assert len(_deletion_failures_logged(caplog)) == 2

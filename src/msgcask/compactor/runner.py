@@ -341,13 +341,11 @@ class Compactor:
     def _reclaim_emptied(self, keep: set[int], done: _Done) -> None:
         """``reclaim_emptied`` with the mutex held, leaving ``keep`` (a running
         rewrite's victims, whose classification must stay theirs) alone. Adds
-        what it deletes to ``done`` as it goes."""
+        what it deletes to ``done`` as it goes. Raises Error if the retired
+        files a failed deletion left cannot be deleted first (no other file
+        may go before them): a failed deletion like any other."""
         store = self._store
-        try:
-            done.add(finish_deletions(store))
-        except Error as e:
-            done.add_failure(e)
-            return  # raised by the next pass, which says why
+        done.add(finish_deletions(store))
         for _ in range(_MAX_RECLAIM_ROUNDS):
             with store._lock:
                 head = store._journal.head_id
