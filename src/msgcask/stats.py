@@ -20,6 +20,8 @@ class FileStats:
     active: bool  # the journal's write head (never compacted)
     # Being deleted (nothing in it is needed), but still on disk, so counted in the
     # store's sizes: for a moment in a pass, or until a failed deletion is retried.
+    # (Also once unlinked if the directory fsync after it failed: until a retry
+    # makes the deletion durable, a power cut may bring it back.)
     retired: bool = False
 
     @property
@@ -97,6 +99,8 @@ class CompactionReport:
     bytes_copied: int = 0  # bytes written into compacted files
     # Bytes of the data files deleted, of both kinds: what the pass freed, never
     # negative (the copies it wrote are bytes_copied, not subtracted here).
+    # Files count once, by the pass (or deletion between passes) that removes them
+    # from the disk: files a failed deletion left count when a later one removes them.
     bytes_reclaimed: int = 0
     seconds: float = 0.0
 

@@ -49,10 +49,11 @@ def _check_report(
     store: msgcask.Store,
     before: dict[int, int],
     after: dict[int, int],
-    report: msgcask.CompactionReport,
+    report: msgcask.CompactionReport | msgcask.CompactionStats,
 ) -> None:
     """Every file gone is counted once, bytes_reclaimed is what the files gone
-    took, and bytes_copied what the compacted files made take."""
+    took, and bytes_copied what the compacted files made take (of a pass's
+    report, or of the totals since open with ``before`` taken at open)."""
     gone, made = before.keys() - after.keys(), after.keys() - before.keys()
     assert report.files_deleted + report.files_rewritten == len(gone)
     assert report.bytes_reclaimed == sum(before[f] for f in gone)
@@ -323,7 +324,8 @@ def test_victims_whose_deletion_a_later_pass_completes_count_as_rewritten(
 ) -> None:
     # The swap committed and the victims' deletion failed (the first unlink, or
     # the fsync of the directory after every unlink): the next pass deletes
-    # them. They were rewritten, and count so, once.
+    # them (again, for the fsync: their unlink may not be durable). They were
+    # rewritten, and count so, once: when they leave the disk.
     path = tmp_path / "s"
     fs, store = _stuck_store(path)
     with store:
@@ -343,10 +345,13 @@ def test_victims_whose_deletion_a_later_pass_completes_count_as_rewritten(
             store.compact(threshold=0.5)
         victims = {f.file_id for f in store.stats().files if f.retired}
         assert victims == {1, 2, 3, 4}
-        # Nothing is freed yet (never a negative figure), the copy is written.
+        after = _on_disk(path)
+        assert victims.isdisjoint(after) == (fault == "directory-fsync")
+        # What left the disk is freed (nothing if the first unlink failed), and
+        # the copy is written.
         totals = store.stats().compaction
-        assert (totals.files_deleted, totals.files_rewritten, totals.bytes_reclaimed) == (0, 0, 0)
-        assert totals.bytes_copied == sum(_on_disk(path)[f] for f in _copies(store))
+        _check_report(store, before, after, totals)
+        assert totals.files_deleted == 0
         monkeypatch.undo()
         fs.stuck.clear()
         fs.dir_fails = False
@@ -411,3 +416,62 @@ def test_deletions_between_passes_kept_back_by_a_stuck_retired_file_log_why(
         fs.stuck.add(str(path / data_file_name(3)))
         assert store._compactor.reclaim_emptied() == 0
         assert len(_deletion_failures_logged(caplog)) == 2
+
+
+def _chain_of_two(store: msgcask.Store) -> None:
+    """File 1 holds consumed PUT records whose ACKs are in file 2, which holds
+    nothing else needed; file 3 is the head. A pass deletes file 1 in one
+    deletion round and file 2 in the next."""
+    q = store.queue("q")
+    for _ in range(10):
+        q.put(BODY)
+    got = [q.get(block=False) for _ in range(10)]
+    with store._lock:
+        store._roll_over()
+    for m in got[1:]:
+        q.ack(m)
+    for _ in range(20):
+        q.put(BODY)
+        q.ack(q.get(block=False))
+    with store._lock:
+        store._roll_over()
+    q.ack(got[0])
+
+
+@pytest.mark.parametrize("fault", ["unlink", "directory-fsync"])
+def test_totals_after_a_failed_final_deletion_round_count_the_files_gone_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    # The last round a pass may run fails: the totals count what left the disk
+    # then (file 1, and file 2 if its unlink went through before the directory
+    # fsync failed), and the pass that completes the deletion counts the rest.
+    path = tmp_path / "s"
+    fs, store = _stuck_store(path)
+    with store:
+        _chain_of_two(store)
+        monkeypatch.setattr(runner, "_MAX_RECLAIM_ROUNDS", 2)
+        if fault == "unlink":
+            fs.stuck.add(str(path / data_file_name(2)))
+        else:
+            real_delete = reclaim.delete_retired
+
+            def delete_retired(s: msgcask.Store, file_ids: list[int]) -> object:
+                fs.dir_fails = 2 in file_ids  # the final round's fsync fails
+                return real_delete(s, file_ids)
+
+            monkeypatch.setattr(reclaim, "delete_retired", delete_retired)
+        before = _on_disk(path)
+        with pytest.raises(msgcask.Error, match="deleting data files"):
+            store.compact()
+        after = _on_disk(path)
+        assert 1 in before.keys() - after.keys()
+        assert (2 in after) == (fault == "unlink")
+        _check_report(store, before, after, store.stats().compaction)
+        monkeypatch.undo()
+        fs.stuck.clear()
+        fs.dir_fails = False
+        store.compact()
+        after = _on_disk(path)
+        assert {1, 2}.isdisjoint(after)
+        _check_report(store, before, after, store.stats().compaction)
+        assert store.verify() == []

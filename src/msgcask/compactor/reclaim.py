@@ -151,11 +151,14 @@ def finish_deletions(store: Store) -> CompactionReport:
 def delete_retired(store: Store, file_ids: list[int]) -> CompactionReport:
     """Unlink retired files, make that durable, and forget them; return what
     that freed: the files (a swap's victims as rewritten, others as deleted)
-    and their bytes.
+    and their bytes, each counted once, by the call that unlinks it.
 
     If an unlink fails, those unlinked before it are still made durable and
     forgotten (they are gone from the disk), and then DeletionFailed is raised,
-    saying what they freed."""
+    saying what they freed. If the directory fsync fails, the files unlinked
+    stay retired (a power cut may bring them back, and the next try or open
+    deletes them again), and DeletionFailed says what they freed: they are
+    gone from the disk."""
     gone: dict[int, int] = {}  # file id: its size
     failure: OSError | None = None
     for file_id in file_ids:
@@ -175,27 +178,40 @@ def delete_retired(store: Store, file_ids: list[int]) -> CompactionReport:
             failure = e
             break
         gone[file_id] = size
-    freed = sum(gone.values())
-    rewritten = 0
-    if gone:
+    if not gone:
+        done = CompactionReport()
+    else:
         try:
             store._fs.fsync_dir(store.path)
-        except OSError as e:  # the next try finds them gone, and counts them
-            raise _delete_failed(store, e, CompactionReport()) from e
+        except OSError as e:
+            with store._lock:
+                unlinked = _newly_unlinked(store, gone)
+                store._acct.unlinked.update(gone)
+            raise _delete_failed(store, e, unlinked) from e
         if failure is None:
             crash_point("reclaim.after_unlink")
         with store._lock:
-            rewritten = len(gone.keys() & store._acct.swapped)
+            done = _newly_unlinked(store, gone)
             for file_id in gone:
                 store._acct.forget(file_id)
             with store._append_lock:  # puts add to it under that lock alone
-                store._data_bytes -= freed
-    done = CompactionReport(
-        files_deleted=len(gone) - rewritten, files_rewritten=rewritten, bytes_reclaimed=freed
-    )
+                store._data_bytes -= sum(gone.values())
     if failure is not None:
         raise _delete_failed(store, failure, done) from failure
     return done
+
+
+def _newly_unlinked(store: Store, gone: dict[int, int]) -> CompactionReport:
+    """What the files in ``gone`` (id: size) freed, leaving out those a
+    failed try already counted (``Accounting.unlinked``). Call with the
+    store's lock held."""
+    new = gone.keys() - store._acct.unlinked
+    rewritten = len(new & store._acct.swapped)
+    return CompactionReport(
+        files_deleted=len(new) - rewritten,
+        files_rewritten=rewritten,
+        bytes_reclaimed=sum(gone[f] for f in new),
+    )
 
 
 def _delete_failed(store: Store, error: OSError, done: CompactionReport) -> DeletionFailed:

@@ -111,6 +111,10 @@ class Accounting:
     # Victims retired by a swap (their copy is in): deleting one, by that pass
     # or by a later one after a failed deletion, completes a rewrite.
     swapped: set[int] = field(default_factory=set)
+    # Retired files unlinked whose unlink is not durable yet (the directory
+    # fsync after it failed): gone from the disk, and counted so by the
+    # deletion that unlinked them, not again by the one that completes it.
+    unlinked: set[int] = field(default_factory=set)
 
     def note(self, stats: FileAccount) -> None:
         """Call after lowering a counter: remembers the file if nothing in it is needed."""
@@ -144,6 +148,7 @@ class Accounting:
     def forget(self, file_id: int) -> None:
         self.files.pop(file_id, None)
         self.swapped.discard(file_id)
+        self.unlinked.discard(file_id)
 
     def flush(
         self, put: Callable[[bytes, bytes], object], delete: Callable[[bytes], object]
