@@ -475,3 +475,19 @@ def test_totals_after_a_failed_final_deletion_round_count_the_files_gone_once(
         assert {1, 2}.isdisjoint(after)
         _check_report(store, before, after, store.stats().compaction)
         assert store.verify() == []
+
+
+def test_deletions_between_passes_count_the_files_gone_before_one_fails(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    fs, store = _stuck_store(path)
+    with store:
+        q = _two_sealed_files(store)
+        held = list(each_available(q))
+        _empty_file(store, q, held, 1)
+        _empty_file(store, q, held, 2)
+        fs.stuck.add(str(path / data_file_name(2)))
+        before = _on_disk(path)
+        assert store._compactor.reclaim_emptied() == 1  # file 1, before file 2 failed
+        after = _on_disk(path)
+        assert before.keys() - after.keys() == {1}
+        _check_report(store, before, after, store.stats().compaction)

@@ -319,7 +319,8 @@ class Compactor:
     def reclaim_emptied(self) -> int:
         """Delete the files that became reclaimable since the last call (they are
         noted as counters drop to zero). Skips, returning 0, if a pass is running:
-        that pass deletes them. Returns the number of files deleted."""
+        that pass deletes them. Returns the number of files deleted, also those
+        deleted before a failure (which is logged, and retried by the next call)."""
         if not self._mutex.acquire(blocking=False):
             return 0
         done = _Done()
@@ -330,13 +331,12 @@ class Compactor:
         except Error as e:
             done.add_failure(e)
             self._deletion_failures.failed(e)  # the files stay retired; retried later
-            return 0
         else:
             self._deletion_failures.succeeded()
-            return done.files
         finally:
             self.totals = self.totals.plus(done.report)  # also what went before a failure
             self._mutex.release()
+        return done.files
 
     def _reclaim_emptied(self, keep: set[int], done: _Done) -> None:
         """``reclaim_emptied`` with the mutex held, leaving ``keep`` (a running
