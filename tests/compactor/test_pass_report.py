@@ -491,3 +491,31 @@ def test_deletions_between_passes_count_the_files_gone_before_one_fails(tmp_path
         after = _on_disk(path)
         assert before.keys() - after.keys() == {1}
         _check_report(store, before, after, store.stats().compaction)
+
+
+@pytest.mark.parametrize("fault", ["unlink", "directory-fsync", "both"])
+def test_a_failed_deletion_says_which_step_failed_why_and_the_fix(
+    tmp_path: Path, fault: str
+) -> None:
+    # Files 1 and 2 are deleted in one round; the unlink of file 2 fails, the
+    # directory fsync after the unlinks fails, or both (each needs its own fix).
+    path = tmp_path / "s"
+    fs, store = _stuck_store(path)
+    with store:
+        q = _two_sealed_files(store)
+        held = list(each_available(q))
+        _empty_file(store, q, held, 1)
+        _empty_file(store, q, held, 2)
+        if fault != "directory-fsync":
+            fs.stuck.add(str(path / data_file_name(2)))
+        fs.dir_fails = fault != "unlink"
+        with pytest.raises(msgcask.Error, match="deleting data files") as failed:
+            store.compact()
+        message = str(failed.value)
+        unlink = f"Could not unlink {data_file_name(2)} (Permission denied). Check the permissions"
+        fsync = (
+            "Could not fsync the directory after the unlinks (Input/output error). Check the disk"
+        )
+        assert (unlink in message) == (fault != "directory-fsync")
+        assert (fsync in message) == (fault != "unlink")
+        assert "retired in the index" in message

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from msgcask.compactor import needed
@@ -160,7 +161,7 @@ def delete_retired(store: Store, file_ids: list[int]) -> CompactionReport:
     deletes them again), and DeletionFailed says what they freed: they are
     gone from the disk."""
     gone: dict[int, int] = {}  # file id: its size
-    failure: OSError | None = None
+    failure: _Failure | None = None
     for file_id in file_ids:
         crash_point("reclaim.before_unlink")
         with store._lock:
@@ -175,7 +176,7 @@ def delete_retired(store: Store, file_ids: list[int]) -> CompactionReport:
         except FileNotFoundError:
             pass  # already gone: that is what we want
         except OSError as e:
-            failure = e
+            failure = _Failure(f"Could not unlink {data_file_name(file_id)}", e)
             break
         gone[file_id] = size
     if not gone:
@@ -187,7 +188,8 @@ def delete_retired(store: Store, file_ids: list[int]) -> CompactionReport:
             with store._lock:
                 unlinked = _newly_unlinked(store, gone)
                 store._acct.unlinked.update(gone)
-            raise _delete_failed(store, e, unlinked) from e
+            failures = [_Failure("Could not fsync the directory after the unlinks", e)]
+            raise _delete_failed(store, failures + ([failure] if failure else []), unlinked) from e
         if failure is None:
             crash_point("reclaim.after_unlink")
         with store._lock:
@@ -197,7 +199,7 @@ def delete_retired(store: Store, file_ids: list[int]) -> CompactionReport:
             with store._append_lock:  # puts add to it under that lock alone
                 store._data_bytes -= sum(gone.values())
     if failure is not None:
-        raise _delete_failed(store, failure, done) from failure
+        raise _delete_failed(store, [failure], done) from failure.error
     return done
 
 
@@ -214,10 +216,26 @@ def _newly_unlinked(store: Store, gone: dict[int, int]) -> CompactionReport:
     )
 
 
-def _delete_failed(store: Store, error: OSError, done: CompactionReport) -> DeletionFailed:
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """One step of a deletion that failed: what it could not do, and why."""
+
+    what: str
+    error: OSError
+
+    def __str__(self) -> str:
+        return f"{self.what} ({self.error.strerror}). {remedy(self.error)}."
+
+
+def _delete_failed(
+    store: Store, failures: list[_Failure], done: CompactionReport
+) -> DeletionFailed:
+    """The error for a deletion that met ``failures`` (a failed fsync of the
+    directory, and the failed unlink before it if there was one: each needs
+    its own fix)."""
     return DeletionFailed(
-        f"deleting data files of {store.path} failed ({error.strerror}); they are retired in "
-        "the index, so the next open finishes the deletion, and no compaction deletes "
-        f"anything until they are gone. {remedy(error)}.",
+        f"deleting data files of {store.path} failed. {' '.join(map(str, failures))} "
+        "The files not deleted are retired in the index, so the next open finishes the "
+        "deletion, and no compaction deletes anything until they are gone.",
         done,
     )
