@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -130,11 +131,11 @@ def test_a_background_pass_reads_fewer_victims_than_compact(
     read: list[tuple[bool, int]] = []  # (in the background, bytes of the victims)
     real = runner.rewrite
 
-    def spy(store: msgcask.Store, victims: list[int], between: Callable[[], object]) -> object:
+    def spy(store: msgcask.Store, victims: list[int], **hooks: Any) -> object:
         sizes = {f.file_id: f.size for f in store.stats().files}
         background = threading.current_thread() is not threading.main_thread()
         read.append((background, sum(sizes[v] for v in victims)))
-        return real(store, victims, between)
+        return real(store, victims, **hooks)
 
     monkeypatch.setattr(runner, "rewrite", spy)
     with _open(tmp_path / "scheduled") as store:

@@ -14,6 +14,7 @@ import pytest
 from faulty_fs import FaultyFileSystem, abandon
 
 import msgcask
+from disk_files import written_size
 from msgcask.store import codec
 from msgcask.store import format as fmt
 
@@ -201,3 +202,32 @@ def test_failed_directory_fsync_after_deleting_files_raises_msgcask_error(
     with msgcask.open(store_path, compaction_interval=None) as reopened:
         assert len(reopened.queue("q")) == 100
         assert reopened.verify() == []
+
+
+class FailsFsyncsAfterACopy(FaultyFileSystem):
+    """Every fsync fails (EIO) once a compacted file has been published."""
+
+    def publish(self, handle: Any, path: str, *, durable: bool = True) -> None:
+        super().publish(handle, path, durable=durable)
+        header = codec.decode_file_header(handle.read(0, fmt.FILE_HEADER_SIZE), path)
+        self.fail_fsync = self.fail_fsync or header.kind == fmt.KIND_COMPACTED
+
+
+def test_a_swap_that_fails_after_the_copy_is_written_counts_the_copy(store_path: Path) -> None:
+    # The journal's fsync before the swap's commit fails: the store refuses
+    # writes from then on, and the copy stays on disk (a reopen removes it).
+    # The totals count it, as stats() lists it: its bytes were written.
+    fs = FailsFsyncsAfterACopy()
+    store = open_store(store_path, fs)
+    live = sparse_store(store)
+    before = {p.name for p in store_path.glob("*.log")}
+    with pytest.raises(msgcask.Error, match="fsync of the journal"):
+        store.compact(threshold=0.5)
+    (copy,) = {p.name for p in store_path.glob("*.log")} - before
+    (listed,) = [f for f in store.stats().files if f.kind == "compacted"]
+    assert copy == f"{listed.file_id:010d}.log"
+    assert store.stats().compaction.bytes_copied == listed.size == written_size(store_path / copy)
+    abandon(store)
+    fs.fail_fsync = False
+    with msgcask.open(store_path, compaction_interval=None) as reopened:
+        assert contents(reopened) == live

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from msgcask.compactor import needed
 from msgcask.compactor.pacing import BATCH
-from msgcask.compactor.reclaim import DeletionFailed, delete_retired, reclaim, release
+from msgcask.compactor.reclaim import delete_retired, reclaim, release
 from msgcask.errors import Error
 from msgcask.index.accounting import FileAccount
 from msgcask.stats import CompactionReport
@@ -62,7 +62,8 @@ class _Copy:
 
 @dataclass(frozen=True, slots=True)
 class RewriteResult:
-    # Victims whose records all died since the plan count as deleted whole.
+    # The victims deleted (those whose records all died since the plan count as
+    # deleted whole); the copy's bytes went to ``rewrite``'s ``wrote``.
     done: CompactionReport
     skipped: tuple[int, ...] = ()  # victims with damaged records, left alone
 
@@ -87,14 +88,19 @@ def _found(found: needed.Needed) -> _Found:
 
 
 def rewrite(
-    store: Store, victims: list[int], between: Callable[[], object] = lambda: None
+    store: Store,
+    victims: list[int],
+    between: Callable[[], object] = lambda: None,
+    wrote: Callable[[CompactionReport], object] = lambda copied: None,
 ) -> RewriteResult:
     """Rewrite ``victims`` into one compacted file; ``between`` runs after
-    each victim is read (the runner deletes files drained meanwhile)."""
+    each victim is read (the runner deletes files drained meanwhile), and
+    ``wrote`` is told the copy's bytes once it is written: they were written
+    whatever fails after (the swap, the victims' deletion)."""
     with store._lock:
         store._acct.rewriting.update(victims)
     try:
-        return _rewrite(store, victims, between)
+        return _rewrite(store, victims, between, wrote)
     finally:
         with store._lock:
             store._acct.rewriting.difference_update(victims)
@@ -103,7 +109,12 @@ def rewrite(
                 store._victims_going = False  # deleted, or kept for a later pass
 
 
-def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) -> RewriteResult:
+def _rewrite(
+    store: Store,
+    victims: list[int],
+    between: Callable[[], object],
+    wrote: Callable[[CompactionReport], object],
+) -> RewriteResult:
     skipped: list[int] = []
     copies: list[_Copy] = []
     co_victim_acks: list[tuple[int, int, int]] = []  # (id, victim, PUT file) of ACKs
@@ -185,6 +196,7 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
         store._copy_bytes = need
         store._victims_going = True
     out_id, id_floor, out, offsets = _write_output(store, victims, copies)
+    wrote(CompactionReport(bytes_copied=out.size))
 
     with store._lock:
         # Decided before anything is relocated, carried or released: once the
@@ -198,7 +210,7 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
             kept,
         )
         _discard(store, out)
-        return RewriteResult(CompactionReport(bytes_copied=out.size), tuple(skipped))
+        return RewriteResult(CompactionReport(), tuple(skipped))
 
     # The swap runs in chunks under short lock holds. Index commits are held
     # back until it is complete, so a crash anywhere in it reverts to the state
@@ -271,15 +283,9 @@ def _rewrite(store: Store, victims: list[int], between: Callable[[], object]) ->
             crash_point("compact.before_swap_commit")
             store._commit_index(force=True)
     crash_point("compact.after_swap_commit")
-    copied = CompactionReport(bytes_copied=out.size)  # whether or not the victims go
-    try:
-        gone = delete_retired(store, retired)
-    except DeletionFailed as e:
-        # The copy is in, and the victims deleted so far are gone; a later
-        # pass deletes (and counts) the others.
-        e.done = copied.plus(e.done)
-        raise
-    return RewriteResult(copied.plus(gone), tuple(skipped))
+    # If this fails, the victims deleted so far are gone, and the error says
+    # what they freed; a later pass deletes (and counts) the others.
+    return RewriteResult(delete_retired(store, retired), tuple(skipped))
 
 
 def _unaccounted(store: Store, victims: list[int], classified: dict[int, _Found]) -> list[int]:

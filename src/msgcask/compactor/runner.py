@@ -299,7 +299,12 @@ class Compactor:
                 # otherwise leave a second's worth of drained files on disk). They
                 # are this pass's deletions: its report counts them.
                 victims = set(plan.rewrite)
-                result = rewrite(store, plan.rewrite, lambda: self._reclaim_emptied(victims, done))
+                result = rewrite(
+                    store,
+                    plan.rewrite,
+                    between=lambda: self._reclaim_emptied(victims, done),
+                    wrote=done.add,  # counted even if the swap fails
+                )
                 self._damaged.update(result.skipped)
                 done.add(result.done)
             self._reclaim_all(threshold, limit, done)
