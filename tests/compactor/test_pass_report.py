@@ -19,7 +19,9 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -192,6 +194,59 @@ def _stuck_store(path: Path) -> tuple[StuckFiles, msgcask.Store]:
     return fs, msgcask.Store(path, _fs=fs, **QUIET)  # type: ignore[arg-type]
 
 
+def _fail_deletion_of(
+    file_id: int,
+    fault: str,
+    fs: StuckFiles,
+    path: Path,
+    deleter: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Make the deletion of ``file_id`` fail: its unlink (``fault`` "unlink"),
+    or the directory fsync after the unlinks of the ``delete_retired`` call
+    (made through ``deleter``'s name for it) that deletes it."""
+    if fault == "unlink":
+        fs.stuck.add(str(path / data_file_name(file_id)))
+        return
+    real_delete = deleter.delete_retired
+
+    def delete_retired(s: msgcask.Store, file_ids: list[int]) -> object:
+        fs.dir_fails = file_id in file_ids
+        return real_delete(s, file_ids)
+
+    monkeypatch.setattr(deleter, "delete_retired", delete_retired)
+
+
+def _clear_faults(fs: StuckFiles, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()
+    fs.stuck.clear()
+    fs.dir_fails = False
+
+
+def _through_a_failed_deletion(
+    store: msgcask.Store,
+    fs: StuckFiles,
+    monkeypatch: pytest.MonkeyPatch,
+    compact: Callable[[], object],
+) -> tuple[dict[int, int], set[int], dict[int, int]]:
+    """Run ``compact`` with a deletion fault armed (it fails), then again with
+    the faults cleared; after each, the totals count every file gone from the
+    disk once. Returns the files on disk before, the retired files after the
+    failure, and the files on disk after it."""
+    path = Path(store.path)
+    before = _on_disk(path)
+    with pytest.raises(msgcask.Error, match="deleting data files"):
+        compact()
+    failed = _on_disk(path)
+    _check_report(store, before, failed, store.stats().compaction)
+    retired = {f.file_id for f in store.stats().files if f.retired}
+    _clear_faults(fs, monkeypatch)
+    compact()
+    _check_report(store, before, _on_disk(path), store.stats().compaction)
+    assert store.verify() == []
+    return before, retired, failed
+
+
 def _two_sealed_files(store: msgcask.Store) -> msgcask.Queue:
     """Files 1 and 2 sealed and full of live messages, 3 the head; their queue."""
     q = store.queue("q")
@@ -330,39 +385,18 @@ def test_victims_whose_deletion_a_later_pass_completes_count_as_rewritten(
     fs, store = _stuck_store(path)
     with store:
         _four_sparse_files(store)
-        if fault == "unlink":
-            fs.stuck.add(str(path / data_file_name(1)))
-        else:
-            real_delete = rewrite.delete_retired
-
-            def delete_retired(s: msgcask.Store, file_ids: list[int]) -> object:
-                fs.dir_fails = True  # the copy is in; the victims' deletion fails
-                return real_delete(s, file_ids)
-
-            monkeypatch.setattr(rewrite, "delete_retired", delete_retired)
-        before = _on_disk(path)
-        with pytest.raises(msgcask.Error, match="deleting data files"):
-            store.compact(threshold=0.5)
-        victims = {f.file_id for f in store.stats().files if f.retired}
+        # The copy is in; the victims' deletion fails.
+        _fail_deletion_of(1, fault, fs, path, rewrite, monkeypatch)
+        before, victims, failed = _through_a_failed_deletion(
+            store, fs, monkeypatch, lambda: store.compact(threshold=0.5)
+        )
         assert victims == {1, 2, 3, 4}
-        after = _on_disk(path)
-        assert victims.isdisjoint(after) == (fault == "directory-fsync")
-        # What left the disk is freed (nothing if the first unlink failed), and
-        # the copy is written.
-        totals = store.stats().compaction
-        _check_report(store, before, after, totals)
-        assert totals.files_deleted == 0
-        monkeypatch.undo()
-        fs.stuck.clear()
-        fs.dir_fails = False
-        store.compact(threshold=0.5)
+        assert victims.isdisjoint(failed) == (fault == "directory-fsync")
         gone = before.keys() - _on_disk(path).keys()
         assert victims <= gone
         totals = store.stats().compaction
         assert totals.files_rewritten == len(victims)
         assert totals.files_deleted == len(gone - victims)
-        assert totals.bytes_reclaimed == sum(before[f] for f in gone)
-        assert store.verify() == []
 
 
 def _empty_file(
@@ -450,31 +484,11 @@ def test_totals_after_a_failed_final_deletion_round_count_the_files_gone_once(
     with store:
         _chain_of_two(store)
         monkeypatch.setattr(runner, "_MAX_RECLAIM_ROUNDS", 2)
-        if fault == "unlink":
-            fs.stuck.add(str(path / data_file_name(2)))
-        else:
-            real_delete = reclaim.delete_retired
-
-            def delete_retired(s: msgcask.Store, file_ids: list[int]) -> object:
-                fs.dir_fails = 2 in file_ids  # the final round's fsync fails
-                return real_delete(s, file_ids)
-
-            monkeypatch.setattr(reclaim, "delete_retired", delete_retired)
-        before = _on_disk(path)
-        with pytest.raises(msgcask.Error, match="deleting data files"):
-            store.compact()
-        after = _on_disk(path)
-        assert 1 in before.keys() - after.keys()
-        assert (2 in after) == (fault == "unlink")
-        _check_report(store, before, after, store.stats().compaction)
-        monkeypatch.undo()
-        fs.stuck.clear()
-        fs.dir_fails = False
-        store.compact()
-        after = _on_disk(path)
-        assert {1, 2}.isdisjoint(after)
-        _check_report(store, before, after, store.stats().compaction)
-        assert store.verify() == []
+        _fail_deletion_of(2, fault, fs, path, reclaim, monkeypatch)  # the final round's
+        _, retired, failed = _through_a_failed_deletion(store, fs, monkeypatch, store.compact)
+        assert 1 not in failed and retired == {2}
+        assert (2 in failed) == (fault == "unlink")
+        assert {1, 2}.isdisjoint(_on_disk(path))
 
 
 def test_deletions_between_passes_count_the_files_gone_before_one_fails(tmp_path: Path) -> None:
