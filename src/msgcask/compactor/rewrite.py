@@ -90,8 +90,8 @@ def _found(found: needed.Needed) -> _Found:
 def rewrite(
     store: Store,
     victims: list[int],
-    between: Callable[[], object] = lambda: None,
-    wrote: Callable[[CompactionReport], object] = lambda copied: None,
+    between: Callable[[], object],
+    wrote: Callable[[CompactionReport], object],
 ) -> RewriteResult:
     """Rewrite ``victims`` into one compacted file; ``between`` runs after
     each victim is read (the runner deletes files drained meanwhile), and
