@@ -90,23 +90,38 @@ def test_bad_options_are_usage_errors(store_dir: Path, args: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("command", "args"),
+    ("command", "args", "says"),
     [
-        (demo, ["--messages", "0"]),
-        (demo, ["--size", "-5"]),
-        (demo, ["--max-file-size", "1"]),
-        (bench, ["dlq-heavy", "--compaction-interval", "0"]),
-        (bench, ["dlq-heavy", "--compaction-interval", "nan"]),
+        (demo, ["--messages", "0"], "messages must be at least 1"),
+        (demo, ["--size", "-5"], "'-5' is not a size"),
+        (
+            demo,
+            ["--max-file-size", "1"],
+            "Invalid value for '--max-file-size': 1 bytes is too small; msgcask takes data "
+            "files of 64 KiB (65536 bytes)",
+        ),
+        (demo, ["--size", "70000", "--max-file-size", "64KiB"], "bodies of 70000 bytes do not fit"),
+        (bench, ["dlq-heavy", "--compaction-interval", "0"], "compaction_interval must be at"),
+        (
+            bench,
+            ["dlq-heavy", "--compaction-interval", "nan"],
+            "compaction_interval must be finite",
+        ),
         # Past the 16-bit delivery count; small, so that a run that starts ends soon.
-        (bench, ["dlq-heavy", "--max-deliveries", "65536", "-n", "20", "--peers", "none"]),
+        (
+            bench,
+            ["dlq-heavy", "--max-deliveries", "65536", "-n", "20", "--peers", "none"],
+            "max_deliveries must be at most 65535",
+        ),
     ],
 )
 def test_bad_run_settings_are_usage_errors(
-    tmp_path: Path, command: click.Command, args: list[str]
+    tmp_path: Path, command: click.Command, args: list[str], says: str
 ) -> None:
     out = tmp_path / "out"
     code, output = _run(command, [*args, "--out", str(out)])
     assert code == 2, output
+    assert says in output
     assert not out.exists()
 
 

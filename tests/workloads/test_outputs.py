@@ -112,6 +112,19 @@ def test_bench_one_cpu_runs_every_thread_on_one_cpu(tmp_path: Path) -> None:
         (["--size", "2MiB"], "do not fit in a data file of 1048576 bytes"),
         (["--size", "1GiB"], "do not fit in a data file"),
         (["--size-mix", "--max-file-size", "64KiB"], "bodies of 65536 bytes do not fit"),
+        # A size no data file can have names the option and its bounds, not the bodies.
+        (
+            ["--max-file-size", "0"],
+            "Invalid value for '--max-file-size': 0 bytes is too small; msgcask takes data "
+            "files of 64 KiB (65536 bytes) to 2 GiB",
+        ),
+        (["--max-file-size", "65535"], "65535 bytes is too small; msgcask takes data files"),
+        (["--max-file-size", "3GiB"], "3221225472 bytes is too large; msgcask takes data"),
+        # A valid size too small for the bodies is the bodies' message.
+        (
+            ["--size", "65025", "--max-file-size", "64KiB"],
+            "bodies of 65025 bytes do not fit in a data file of 65536 bytes",
+        ),
         (["--peers", "sqlite3,sqlite"], "unknown peer 'sqlite'"),
         (["--interval", "1e-8"], "interval must be 0.01 to 3600 seconds"),
         (["--interval", "nan"], "interval must be 0.01 to 3600 seconds"),

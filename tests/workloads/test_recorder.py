@@ -93,6 +93,8 @@ def test_bodies_carry_their_index_and_the_mix_has_three_sizes() -> None:
         ("time_limit", math.nan, "time_limit must be more than 0"),
         ("time_limit", math.inf, "time_limit must be more than 0"),
         ("time_limit", 1e10, "time_limit must be more than 0 and at most 1e"),
+        ("max_file_size", 0, "max_file_size must be 65536 .64 KiB. to 2147483648 .2 GiB. bytes"),
+        ("max_file_size", 2**31 + 1, "the data file sizes msgcask takes; not 2147483649"),
         ("rounds", 0, "rounds must be at least 1"),
         ("rounds", -3, "rounds must be at least 1"),
         ("crash_messages", -1, "crash_messages must be 0 to 1000000, not -1"),

@@ -13,6 +13,7 @@ import time
 
 import click
 
+from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE
 from msgcask.workloads.config import MAX_CRASH_MESSAGES, MAX_THREADS, WORKLOAD_NAMES, RunConfig
 
 MiB = 2**20
@@ -37,25 +38,52 @@ def _size(text: str) -> int:
             number = float(t[: -len(suffix)]) * mult
             if not math.isfinite(number):  # int() of inf overflows, of NaN fails
                 raise ValueError(f"{text!r} is not a finite size")
-            return int(number)
-    return int(t)
+            size = int(number)
+            break
+    else:
+        size = int(t)
+    if size < 0:
+        raise ValueError(f"{text!r} is negative")
+    return size
+
+
+def _human(size: int) -> str:
+    """``size`` in the largest binary unit that divides it: '64 KiB', '2 GiB'."""
+    for unit, mult in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size % mult == 0:
+            return f"{size // mult} {unit}"
+    return f"{size} bytes"
 
 
 class SizeType(click.ParamType):
+    """A size in bytes, with or without a unit; with bounds, refused outside them."""
+
     name = "size"
+
+    def __init__(self, bounds: tuple[int, int] | None = None, what: str = "") -> None:
+        self.bounds, self.what = bounds, what
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> int:
-        if isinstance(value, int):
-            return value
         try:
-            return _size(str(value))
+            size = value if isinstance(value, int) else _size(str(value))
         except ValueError:
             self.fail(f"{value!r} is not a size (bytes, or with KiB/MiB/GiB)", param, ctx)
+        if self.bounds is not None and not self.bounds[0] <= size <= self.bounds[1]:
+            low, high = self.bounds
+            self.fail(
+                f"{size} bytes is too {'small' if size < low else 'large'}; {self.what} "
+                f"{_human(low)} ({low} bytes) to {_human(high)}",
+                param,
+                ctx,
+            )
+        return size
 
 
 SIZE = SizeType()
+# The store's own bounds: msgcask.open refuses a data file below 64 KiB or past 2 GiB.
+FILE_SIZE = SizeType((MIN_FILE_SIZE, MAX_FILE_SIZE_LIMIT), "msgcask takes data files of")
 
 
 def _check_dirs(out_dir: str, workdir: str | None, stem: str) -> None:
@@ -134,7 +162,13 @@ def _check_dirs(out_dir: str, workdir: str | None, stem: str) -> None:
     show_default=True,
     help="R: fill/drain cycles of drain-history.",
 )
-@click.option("--max-file-size", type=SIZE, default=MiB, show_default=True)
+@click.option(
+    "--max-file-size",
+    type=FILE_SIZE,
+    default=MiB,
+    show_default=True,
+    help="Data file size, 64 KiB to 2 GiB.",
+)
 @click.option(
     "--max-store-size", type=SIZE, default=None, help="[none; priority-pin: 32 data files]"
 )
@@ -302,7 +336,13 @@ def bench(
 @click.command()
 @click.option("--messages", "-n", type=int, default=150_000, show_default=True)
 @click.option("--size", type=SIZE, default=1024, show_default=True)
-@click.option("--max-file-size", type=SIZE, default=MiB, show_default=True)
+@click.option(
+    "--max-file-size",
+    type=FILE_SIZE,
+    default=MiB,
+    show_default=True,
+    help="Data file size, 64 KiB to 2 GiB.",
+)
 @click.option(
     "--peers",
     default="sqlite3",

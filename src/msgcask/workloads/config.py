@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from msgcask.options import Options
+from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE, Options
 from msgcask.store.format import FILE_HEADER_SIZE, MAX_DELIVERIES_COUNTED
 from msgcask.workloads.payload import SIZE_MIX
 
@@ -92,6 +92,12 @@ class RunConfig:
             raise ValueError("compaction must be on, off or both")
         if self.size < 16:
             raise ValueError("size must be at least 16 bytes (the body carries its index)")
+        if not MIN_FILE_SIZE <= self.max_file_size <= MAX_FILE_SIZE_LIMIT:
+            # Before the bodies' check, which would ask for a larger file than 0 bytes.
+            raise ValueError(
+                f"max_file_size must be {MIN_FILE_SIZE} (64 KiB) to {MAX_FILE_SIZE_LIMIT} "
+                f"(2 GiB) bytes, the data file sizes msgcask takes; not {self.max_file_size}"
+            )
         largest = max(s for s, _ in SIZE_MIX) if self.size_mix else self.size
         if largest + RECORD_ROOM > self.max_file_size:
             raise ValueError(
@@ -106,7 +112,6 @@ class RunConfig:
             "depth",
             "fill",
             "repeat",
-            "max_file_size",
             "max_deliveries",
         ):
             if getattr(self, name) < 1:
