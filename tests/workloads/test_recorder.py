@@ -160,22 +160,22 @@ def test_priority_pin_puts_its_rounds_in_batches_of_at_most_batch() -> None:
         list(put_calls(r, 500))
         for r in put_ranges(RunConfig(batch=500, workload="priority-pin"), payloads)
     ]
-    assert [len(c) for c in calls[1]] == [500, 463]  # a round of 963 high-priority messages
+    assert [len(c) for c in calls[1]] == [500, 450]  # a round of 950 high-priority messages
 
 
 def test_priority_pin_says_when_a_larger_data_file_helps() -> None:
-    # The size mix with seed 0: a batch of 124 bodies can pass 1 MiB, but fits in
-    # 1.5 MiB files, whose rounds are larger; a batch of a whole round (248 bodies,
-    # about a data file of them) may fit in no data file, so that is said instead.
+    # The size mix with seed 0: a batch of 150 bodies can pass 1 MiB, but fits in
+    # 1.5 MiB files, whose rounds are larger; a batch of a whole round (up to 382
+    # bodies, about a data file of them) may fit in no data file, so that is said instead.
     mix = {"workload": "priority-pin", "size_mix": True}
-    with pytest.raises(ValueError, match=r"under 124 that fits is 118, or raise --max-file-size"):
-        RunConfig(**mix, batch=124)
-    RunConfig(**mix, batch=124, max_file_size=3 * MiB // 2)
+    with pytest.raises(ValueError, match=r"under 150 that fits is 138, or raise --max-file-size"):
+        RunConfig(**mix, batch=150)
+    RunConfig(**mix, batch=150, max_file_size=3 * MiB // 2)
     with pytest.raises(
-        ValueError, match=r"under 500 that fits is 118 \(a round puts 248 .*fit in none"
+        ValueError, match=r"under 500 that fits is 138 \(a round puts up to 382 .*fit in none"
     ):
         RunConfig(**mix, batch=500)
-    RunConfig(**mix, batch=118)
+    RunConfig(**mix, batch=138)
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,11 @@ import jsonschema
 import pytest
 from workload_sizes import TINY, Run
 
+from msgcask.store import codec
 from msgcask.store.format import FILE_HEADER_SIZE
 from msgcask.workloads import definitions
-from msgcask.workloads.batches import RECORD_OVERHEAD, largest_batch, put_calls, put_ranges
-from msgcask.workloads.config import MiB, RunConfig
+from msgcask.workloads.batches import largest_batch, put_calls, put_ranges
+from msgcask.workloads.config import BENCH_QUEUE, MiB, RunConfig
 from msgcask.workloads.payload import Payloads, index_of
 from msgcask.workloads.result import validate
 from msgcask.workloads.subjects.msgcask_store import MsgcaskSubject
@@ -35,7 +36,11 @@ def _expected_counts(workload: str) -> dict[str, int]:
         skipped = n // 500
         return {"put": n, "acked": n - skipped, "skipped": skipped}
     if workload == "priority-pin":
-        per_round = int(TINY["max_file_size"] // (TINY["size"] + RECORD_OVERHEAD))
+        # The round whose records (puts, and each high one's DELIVER and ACK) come
+        # nearest the record room of one data file.
+        put = codec.put_record_size(BENCH_QUEUE.encode(), b"", TINY["size"])
+        taken = put + len(codec.encode_deliver(0, 1)) + codec.ACK_RECORD_SIZE
+        per_round = round((TINY["max_file_size"] - FILE_HEADER_SIZE - put) / taken)
         return {"put": TINY["rounds"] * (per_round + 1), "acked": TINY["rounds"] * per_round}
     if workload == "drain-history":
         total = 2 * n + TINY["repeat"] * TINY["fill"]
@@ -184,7 +189,7 @@ def test_a_subject_that_fails_to_open_fails_its_run_and_the_others_go_on(
 def test_the_progress_bar_ends_full(run_tiny: Run, workload: str, size_mix: bool) -> None:
     # Its total is the puts and acks the run will do: messages never acked
     # (dead letters, skipped ones) are not counted in it; priority-pin's rounds
-    # are sized by the mean body size, the size mix's too.
+    # are sized by their bodies' bytes, the size mix's too.
     sizes = {"size_mix": True, "max_file_size": 256 * 1024, "rounds": 3} if size_mix else {}
     doc, _ = run_tiny(workload, peers=[], compaction="off", **sizes)
     run = _only_msgcask(doc)

@@ -1,7 +1,7 @@
 """Which messages go into each put call of a run, and the largest batch record it makes.
 
 The workloads put through these functions (``producer_shares``, ``put_calls``,
-``pin_round``, ``drain_history_span``, ``skip_headers``), and ``largest_batch``
+``drain_history_span``, ``skip_headers``), and ``largest_batch``
 reads the same ranges before the run: msgcask writes a ``put_many`` batch as one
 record, which must fit in one data file.
 """
@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING
 from msgcask.store import codec
 from msgcask.workloads.config import BENCH_QUEUE
 from msgcask.workloads.payload import Payloads
+from msgcask.workloads.rounds import PinRounds
 
 if TYPE_CHECKING:
     from msgcask.workloads.config import RunConfig
-
-RECORD_OVERHEAD = 64  # rough per-message bytes beyond the body, to size a round
 
 # The headers selector-skip puts on the messages its consumers skip; no other
 # workload puts headers (dlq-heavy's dead-letter copies are the store's own records).
@@ -47,12 +46,6 @@ def put_calls(indices: range, batch: int) -> Iterator[range]:
         yield indices[k : k + batch]  # a range: no list of every index up front
 
 
-def pin_round(r: int, per_round: int) -> tuple[range, range]:
-    """priority-pin's round ``r``: its low-priority message, then its high ones."""
-    i = r * (per_round + 1)
-    return range(i, i + 1), range(i + 1, i + 1 + per_round)
-
-
 def drain_history_span(cfg: RunConfig, phase: int) -> tuple[int, int]:
     """[start, stop) of the messages of drain-history's put phase ``phase``: 0 is
     "fresh", 1 to R the fills, R + 1 "after_history"."""
@@ -66,21 +59,13 @@ def drain_history_span(cfg: RunConfig, phase: int) -> tuple[int, int]:
     return start, start + n
 
 
-def high_per_round(cfg: RunConfig, payloads: Payloads | None = None) -> int:
-    """High-priority messages per round of priority-pin: about one data file of them
-    (at the mean body size, the size mix's included)."""
-    mean = (payloads or Payloads(cfg.size, cfg.size_mix, cfg.seed)).mean_size
-    return max(1, int(cfg.max_file_size // (mean + RECORD_OVERHEAD)))
-
-
 def put_ranges(cfg: RunConfig, payloads: Payloads) -> Iterator[range]:
     """The index ranges one producer passes to ``produce`` in a run of ``cfg``, but
     the rounds (priority-pin) and fills (drain-history) whose messages sit a multiple
     of ``payloads.period`` after an earlier one's: they repeat its body sizes."""
     if cfg.workload == "priority-pin":  # one producer, whatever cfg.producers
-        per_round = high_per_round(cfg, payloads)
-        for r in range(min(cfg.pin_rounds, payloads.period)):
-            yield from pin_round(r, per_round)
+        for r in PinRounds(cfg, payloads).distinct():
+            yield from (r.low, r.high)
         return
     if cfg.workload == "deep-queue":
         spans = [(0, cfg.depth)]

@@ -149,7 +149,8 @@ class RunConfig:
         follow a failed one), a --batch whose largest put call of the run does not,
         naming the largest smaller batch that fits."""
         # The runner's own slicing of the run into put calls; it imports this module.
-        from msgcask.workloads.batches import high_per_round, largest_batch, largest_fitting_batch
+        from msgcask.workloads.batches import largest_batch, largest_fitting_batch
+        from msgcask.workloads.rounds import PinRounds
 
         room = self.max_file_size - FILE_HEADER_SIZE
         largest = largest_batch(self)
@@ -163,12 +164,16 @@ class RunConfig:
         lower = f"the largest --batch under {self.batch} that fits is {fitting}"
         if fitting == 1:
             lower = "only single puts (--batch 1) fit"
-        per_round = high_per_round(self)
-        if self.workload == "priority-pin" and self.batch >= per_round:
+        most = (
+            max(len(r.high) for r in PinRounds(self).distinct())
+            if self.workload == "priority-pin"
+            else 0
+        )
+        if most and self.batch >= most:
             # A batch takes a whole round, and rounds grow with the data files.
             lower += (
-                f" (a round puts {per_round} high-priority messages, about a data file of "
-                "them, in batches of at most --batch: a larger --max-file-size makes "
+                f" (a round puts up to {most} high-priority messages, about a data file "
+                "of them, in batches of at most --batch: a larger --max-file-size makes "
                 "larger rounds, so a batch of a whole round may fit in none)"
             )
         else:

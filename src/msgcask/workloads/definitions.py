@@ -20,8 +20,6 @@ from typing import Any
 
 from msgcask.workloads.batches import (
     drain_history_span,
-    high_per_round,
-    pin_round,
     producer_shares,
     put_calls,
     skip_headers,
@@ -29,6 +27,7 @@ from msgcask.workloads.batches import (
 from msgcask.workloads.config import RunConfig
 from msgcask.workloads.payload import Payloads, index_of
 from msgcask.workloads.recorder import GET_ACK, PUT, OpLog, Recorder, summarize
+from msgcask.workloads.rounds import PinRounds, Round
 from msgcask.workloads.subjects.base import (
     ACK,
     DEAD_LETTER,
@@ -387,12 +386,9 @@ def run_priority_pin(ctx: Context) -> None:
     """Per round: 1 low-priority message, then about one data file of high-priority ones;
     the consumer takes as many as there were high ones, so every low one stays."""
     cfg, subject = ctx.cfg, ctx.subject
-    per_round = high_per_round(cfg, ctx.payloads)
-    ctx.phases["priority_pin"] = {
-        "high_per_round": per_round,
-        "rounds": cfg.pin_rounds,
-        "rounds_completed": 0,
-    }
+    rounds = PinRounds(cfg, ctx.payloads)
+    put: list[Round] = []  # the rounds the producer put, for their sizes in the result
+    ctx.phases["priority_pin"] = {"rounds": cfg.pin_rounds, "rounds_completed": 0}
     if cfg.producers > 1 or cfg.consumers > 1:
         ctx.notes.append("priority-pin runs one producer and one consumer (rounds are ordered)")
     rec = ctx.phase("main")
@@ -402,13 +398,13 @@ def run_priority_pin(ctx: Context) -> None:
     def producer() -> None:
         ok = False
         try:
-            for r in range(cfg.pin_rounds):
+            for r in rounds:
                 taken.acquire()
                 if ctx.stop.is_set():
                     raise StopRun
-                low, high = pin_round(r, per_round)
-                produce(ctx, put_log, low, priority=LOW)
-                produce(ctx, put_log, high, priority=HIGH)
+                produce(ctx, put_log, r.low, priority=LOW)
+                produce(ctx, put_log, r.high, priority=HIGH)
+                put.append(r)
                 ready.release()
             ok = True
         finally:
@@ -427,11 +423,11 @@ def run_priority_pin(ctx: Context) -> None:
                 taken.release()  # wake the producer waiting for a round to be taken
 
     def take_rounds() -> None:
-        for r in range(cfg.pin_rounds):
+        for r, this in enumerate(rounds):
             ready.acquire()
             if ctx.stop.is_set():
                 raise StopRun
-            for _ in range(per_round):
+            for _ in this.high:
                 start = time.perf_counter()
                 d = subject.get(0.0)
                 timed = d is not None
@@ -439,9 +435,10 @@ def run_priority_pin(ctx: Context) -> None:
                     d = subject.get(5.0)
                     if d is None:
                         raise RuntimeError(f"round {r}: a high-priority message is missing")
-                if index_of(d.body) % (per_round + 1) == 0:
+                if index_of(d.body) not in this.high:
                     raise RuntimeError(
-                        f"round {r}: got the low-priority message before the high ones"
+                        f"round {r}: got message {index_of(d.body)} before the round's "
+                        f"high-priority ones ({this.high.start} to {this.high.stop - 1})"
                     )
                 subject.ack(d)
                 get_log.done(start, time.perf_counter(), 1, len(d.body), timed)
@@ -450,6 +447,17 @@ def run_priority_pin(ctx: Context) -> None:
 
     run_threads(ctx, [("producer", producer), ("consumer", consumer)])
     ctx.counts["pinned"] = ctx.phases["priority_pin"]["rounds_completed"]
+    ctx.phases["priority_pin"].update(
+        high_messages_per_round=_spread([len(r.high) for r in put]),
+        round_bytes=_spread([r.written for r in put]),
+    )
+
+
+def _spread(values: list[int]) -> dict[str, float | None]:
+    """min, mean and max of ``values`` (None for none)."""
+    if not values:
+        return {"min": None, "mean": None, "max": None}
+    return {"min": min(values), "mean": sum(values) / len(values), "max": max(values)}
 
 
 def run_drain_history(ctx: Context) -> None:
@@ -543,7 +551,7 @@ def expected_operations(cfg: RunConfig) -> int:
     if cfg.workload == "drain-history":
         return 4 * n + 2 * cfg.repeat * cfg.fill
     if cfg.workload == "priority-pin":
-        return cfg.pin_rounds * (2 * high_per_round(cfg) + 1)
+        return cfg.pin_rounds + 2 * PinRounds(cfg).high_messages()
     if cfg.workload in ("dlq-heavy", "selector-skip"):
         return 2 * n - n // cfg.pin_period  # one in P is never acked
     return 2 * n

@@ -45,13 +45,6 @@ class Payloads:
         """Body sizes repeat every ``period`` messages: size_of(i + period) == size_of(i)."""
         return _MIX_TABLE_LEN if self._sizes is not None else 1
 
-    @property
-    def mean_size(self) -> float:
-        """Average body size (for sizing rounds of priority-pin)."""
-        if self._sizes is not None:
-            return sum(self._sizes) / len(self._sizes)
-        return float(self._size)
-
 
 def index_of(body: bytes) -> int:
     """The index a body carries."""

@@ -131,7 +131,7 @@ def summary(doc: dict[str, Any]) -> str:
             parts.append(f"{r['label']}: reopen after kill -9 not measured: {crash_error}")
         for n in r["notes"]:
             parts.append(f"{r['label']}: note: {n}")
-        parts.extend(_phase_lines(r))
+        parts.extend(_phase_lines(r, p["max_file_size"]))
     for s in doc["skipped"]:
         parts.append(f"skipped {s['subject']}: {s['reason']}")
     if doc["plots"]:
@@ -140,7 +140,7 @@ def summary(doc: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _phase_lines(run: dict[str, Any]) -> list[str]:
+def _phase_lines(run: dict[str, Any], file_size: int) -> list[str]:
     ph, label, out = run["phases"], run["label"], []
     if "drain_history" in ph:
         d = ph["drain_history"]
@@ -161,9 +161,12 @@ def _phase_lines(run: dict[str, Any]) -> list[str]:
         )
     if "priority_pin" in ph:
         d = ph["priority_pin"]
+        high, written = d["high_messages_per_round"], d["round_bytes"]
         out.append(
             f"{label}: {d['rounds_completed']} of {d['rounds']} rounds "
-            f"({d['high_per_round']} high-priority messages each)"
+            f"({fmt(high['min'])} to {fmt(high['max'])} high-priority messages "
+            f"each; {fmt(written['min'], '.2f', 1 / file_size)} to "
+            f"{fmt(written['max'], '.2f', 1 / file_size)} data files written a round)"
         )
     if "deep_queue" in ph:
         dec = ph["deep_queue"]["deciles"]
