@@ -183,6 +183,28 @@ def test_bench_refuses_a_size_mix_batch_too_big_for_a_data_file_before_running(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        # Past what the runner's ranges of message indices hold: the run failed midway.
+        (["steady", "-n", str(10**30)], "messages must be at most 1,000,000,000,000,000"),
+        (["deep-queue", "--depth", str(10**30)], "depth must be at most 1,000,000,000,000,000"),
+        (["drain-history", "--fill", str(10**16)], "fill must be at most 1,000,000,000,000,000"),
+        (["drain-history", "--repeat", str(10**16)], "repeat must be at most 1,000,000"),
+        (["priority-pin", "--rounds", str(10**16)], "rounds must be at least 1 and at most"),
+    ],
+)
+def test_bench_refuses_counts_it_cannot_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], says: str
+) -> None:
+    monkeypatch.setattr(runner, "run_workload", _must_not_run)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(bench, [*args, "--peers", "none", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert says in result.output
+    assert not out.exists()
+
+
 def _must_not_run(*args: object, **kwargs: object) -> None:
     raise AssertionError("the workload ran: the bad input should have been refused first")
 

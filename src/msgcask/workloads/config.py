@@ -41,6 +41,11 @@ MAX_THREADS = 64
 # The most messages the kill -9 child puts before it is killed: it must fill the
 # store within crash.FILL_TIMEOUT (600 s), about 1,700 puts a second at this bound.
 MAX_CRASH_MESSAGES = 1_000_000
+# The most messages, rounds or cycles a run takes: a message's index goes in 8 bytes
+# of its body, and the runner slices ranges of them, which hold at most 2**63 - 1
+# (one past it failed the run); a million puts a second for the longest --time-limit
+# (1e9 s) come to this.
+MAX_COUNT = 10**15
 # The longest --time-limit, seconds (about 31 years, so "1e9" means no limit):
 # threading's waits fail past threading.TIMEOUT_MAX (about 292 years).
 MAX_TIME_LIMIT = 1e9
@@ -116,6 +121,9 @@ class RunConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        for name in ("messages", "depth", "fill", "repeat"):
+            if getattr(self, name) > MAX_COUNT:
+                raise ValueError(f"{name} must be at most {MAX_COUNT:,}, not {getattr(self, name)}")
         if self.max_deliveries > MAX_DELIVERIES_COUNTED:
             # Store.queue refuses it too, but only once the run has begun.
             raise ValueError(
@@ -124,8 +132,8 @@ class RunConfig:
             )
         if self.pin_every is not None and self.pin_every < 2:
             raise ValueError("pin_every must be at least 2")
-        if self.rounds is not None and self.rounds < 1:
-            raise ValueError("rounds must be at least 1")
+        if self.rounds is not None and not 1 <= self.rounds <= MAX_COUNT:
+            raise ValueError(f"rounds must be at least 1 and at most {MAX_COUNT:,}")
         # Before the batch check, which slices the run per producer.
         self._check_range("producers", 1, MAX_THREADS)
         self._check_range("consumers", 1, MAX_THREADS)
