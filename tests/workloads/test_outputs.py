@@ -192,9 +192,20 @@ def test_bench_refuses_a_size_mix_batch_too_big_for_a_data_file_before_running(
         (["drain-history", "--fill", str(10**16)], "fill must be at most 1,000,000,000,000,000"),
         (["drain-history", "--repeat", str(10**16)], "repeat must be at most 1,000,000"),
         (["priority-pin", "--rounds", str(10**16)], "rounds must be at least 1 and at most"),
+        # An option the workload does not read: the run ignored it.
+        (["steady", "--window", "5"], "--window is read by slow-consumer only; steady does"),
+        (["steady", "--rounds", "3"], "--rounds is read by priority-pin only; steady does"),
+        (["dlq-heavy", "--rounds", "3"], "--rounds is read by priority-pin only; dlq-heavy"),
+        (["steady", "--pin-every", "3"], "--pin-every is read by dlq-heavy, selector-skip only"),
+        (["steady", "--depth", "5"], "--depth is read by deep-queue only"),
+        (["steady", "--fill", "5"], "--fill is read by drain-history only"),
+        (["steady", "--repeat", "2"], "--repeat is read by drain-history only"),
+        (["steady", "--max-deliveries", "5"], "--max-deliveries is read by dlq-heavy only"),
+        (["deep-queue", "-n", "200"], "--messages is read by steady, dlq-heavy"),
+        (["priority-pin", "--messages", "200"], "priority-pin does not use it: leave it out"),
     ],
 )
-def test_bench_refuses_counts_it_cannot_run(
+def test_bench_refuses_counts_it_cannot_run_and_options_the_workload_ignores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], says: str
 ) -> None:
     monkeypatch.setattr(runner, "run_workload", _must_not_run)
@@ -203,6 +214,34 @@ def test_bench_refuses_counts_it_cannot_run(
     assert result.exit_code == 2, result.output
     assert says in result.output
     assert not out.exists()
+
+
+class _Ran(Exception):
+    """Raised in place of a run, carrying its configuration."""
+
+
+def _record_run(cfg: RunConfig, *args: object, **kwargs: object) -> None:
+    raise _Ran(cfg)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["slow-consumer", "-n", "10", "--window", "5"],
+        ["priority-pin", "--rounds", "3"],
+        ["deep-queue", "--depth", "5"],
+        ["drain-history", "-n", "5", "--fill", "5", "--repeat", "2"],
+        ["dlq-heavy", "-n", "10", "--pin-every", "3", "--max-deliveries", "2"],
+        ["selector-skip", "-n", "10", "--pin-every", "3"],
+    ],
+)
+def test_bench_takes_each_workloads_own_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    monkeypatch.setattr(runner, "run_and_write", _record_run)
+    result = CliRunner().invoke(bench, [*args, "--peers", "none", "--out", str(tmp_path)])
+    assert isinstance(result.exception, _Ran), result.output
+    assert result.exception.args[0].workload == args[0]
 
 
 def _must_not_run(*args: object, **kwargs: object) -> None:

@@ -14,7 +14,13 @@ import time
 import click
 
 from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE
-from msgcask.workloads.config import MAX_CRASH_MESSAGES, MAX_THREADS, WORKLOAD_NAMES, RunConfig
+from msgcask.workloads.config import (
+    MAX_CRASH_MESSAGES,
+    MAX_THREADS,
+    READ_BY,
+    WORKLOAD_NAMES,
+    RunConfig,
+)
 
 MiB = 2**20
 DEMO_STEM = "demo-dlq-heavy"  # the demo's result is <out>/demo-dlq-heavy.json
@@ -101,7 +107,25 @@ def _check_dirs(out_dir: str, workdir: str | None, stem: str) -> None:
         raise click.BadParameter(str(e), param_hint="--out") from e
 
 
+def _refuse_unread_options(ctx: click.Context, workload: str) -> None:
+    """A usage error for an option given for a workload that does not read it: the
+    run would ignore it and measure something else than asked."""
+    for name, readers in READ_BY.items():
+        if workload in readers or ctx.get_parameter_source(name) in (
+            None,
+            click.core.ParameterSource.DEFAULT,
+        ):
+            continue
+        param = next(p for p in ctx.command.params if p.name == name)
+        option = max(param.opts, key=len)
+        raise click.UsageError(
+            f"{option} is read by {', '.join(readers)} only; {workload} does not use it: "
+            "leave it out"
+        )
+
+
 @click.command()
+@click.pass_context
 @click.argument("workload", type=click.Choice(WORKLOAD_NAMES))
 @click.option(
     "--messages",
@@ -251,6 +275,7 @@ def _check_dirs(out_dir: str, workdir: str | None, stem: str) -> None:
     help="Run every thread on one CPU (msgcask.confine_to_one_cpu; see docs/tuning.md).",
 )
 def bench(
+    ctx: click.Context,
     workload: str,
     messages: int,
     size: int,
@@ -322,6 +347,7 @@ def bench(
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from e
+    _refuse_unread_options(ctx, workload)
     _check_dirs(out_dir, workdir, workload)
     doc, path = run_and_write(
         cfg, out_dir, workdir=workdir, plots=not no_plots, echo=lambda m: click.echo(m, err=True)

@@ -23,6 +23,19 @@ WORKLOAD_NAMES = (
 
 SYNC_MODES = ("always", "periodic", "never")
 
+# The parameters only some workloads read, and those workloads: the command line
+# refuses one named for another workload, which would leave it unread.
+READ_BY: dict[str, tuple[str, ...]] = {
+    "messages": tuple(w for w in WORKLOAD_NAMES if w not in ("priority-pin", "deep-queue")),
+    "pin_every": ("dlq-heavy", "selector-skip"),
+    "window": ("slow-consumer",),
+    "rounds": ("priority-pin",),
+    "depth": ("deep-queue",),
+    "fill": ("drain-history",),
+    "repeat": ("drain-history",),
+    "max_deliveries": ("dlq-heavy",),
+}
+
 # The queue msgcask's runs put to (its name is part of every record).
 BENCH_QUEUE = "bench"
 
