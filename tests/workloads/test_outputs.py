@@ -111,7 +111,12 @@ def test_bench_one_cpu_runs_every_thread_on_one_cpu(tmp_path: Path) -> None:
         (["--size", "4"], "size must be at least 16"),
         (["--size", "2MiB"], "do not fit in a data file of 1048576 bytes"),
         (["--size", "1GiB"], "do not fit in a data file"),
-        (["--size-mix", "--max-file-size", "64KiB"], "bodies of 65536 bytes do not fit"),
+        (
+            ["--size-mix", "--max-file-size", "64KiB"],
+            "bodies of 65536 bytes do not fit in a data file of 65536 bytes with their "
+            "record's header and headers (512 bytes kept for them): leave out --size-mix, "
+            "or raise --max-file-size to at least 66048 bytes",
+        ),
         # A size no data file can have names the option and its bounds, not the bodies.
         (
             ["--max-file-size", "0"],
@@ -123,7 +128,9 @@ def test_bench_one_cpu_runs_every_thread_on_one_cpu(tmp_path: Path) -> None:
         # A valid size too small for the bodies is the bodies' message.
         (
             ["--size", "65025", "--max-file-size", "64KiB"],
-            "bodies of 65025 bytes do not fit in a data file of 65536 bytes",
+            "bodies of 65025 bytes do not fit in a data file of 65536 bytes with their "
+            "record's header and headers (512 bytes kept for them): lower --size to at most "
+            "65024, or raise --max-file-size to at least 65537 bytes",
         ),
         (["--peers", "sqlite3,sqlite"], "unknown peer 'sqlite'"),
         (["--interval", "1e-8"], "interval must be 0.01 to 3600 seconds"),

@@ -118,10 +118,16 @@ class RunConfig:
             )
         largest = max(s for s, _ in SIZE_MIX) if self.size_mix else self.size
         if largest + RECORD_ROOM > self.max_file_size:
+            smaller = (
+                "leave out --size-mix"
+                if self.size_mix
+                else f"lower --size to at most {self.max_file_size - RECORD_ROOM}"
+            )
             raise ValueError(
                 f"bodies of {largest} bytes do not fit in a data file of {self.max_file_size} "
                 f"bytes with their record's header and headers ({RECORD_ROOM} bytes kept for "
-                "them): lower the size or raise max_file_size"
+                f"them): {smaller}, or raise --max-file-size to at least "
+                f"{largest + RECORD_ROOM} bytes"
             )
         for name in (
             "messages",
