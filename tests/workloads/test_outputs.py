@@ -210,6 +210,10 @@ def test_bench_refuses_a_size_mix_batch_too_big_for_a_data_file_before_running(
         (["steady", "--max-deliveries", "5"], "--max-deliveries is read by dlq-heavy only"),
         (["deep-queue", "-n", "200"], "--messages is read by steady, dlq-heavy"),
         (["priority-pin", "--messages", "200"], "priority-pin does not use it: leave it out"),
+        (
+            ["steady", "--compaction", "off", "--compaction-interval", "5"],
+            "--compaction-interval sets the schedule that --compaction off turns off",
+        ),
     ],
 )
 def test_bench_refuses_counts_it_cannot_run_and_options_the_workload_ignores(
@@ -240,6 +244,7 @@ def _record_run(cfg: RunConfig, *args: object, **kwargs: object) -> None:
         ["drain-history", "-n", "5", "--fill", "5", "--repeat", "2"],
         ["dlq-heavy", "-n", "10", "--pin-every", "3", "--max-deliveries", "2"],
         ["selector-skip", "-n", "10", "--pin-every", "3"],
+        ["steady", "-n", "10", "--compaction", "both", "--compaction-interval", "5"],
     ],
 )
 def test_bench_takes_each_workloads_own_options(

@@ -107,20 +107,25 @@ def _check_dirs(out_dir: str, workdir: str | None, stem: str) -> None:
         raise click.BadParameter(str(e), param_hint="--out") from e
 
 
-def _refuse_unread_options(ctx: click.Context, workload: str) -> None:
-    """A usage error for an option given for a workload that does not read it: the
-    run would ignore it and measure something else than asked."""
+def _given(ctx: click.Context, name: str) -> bool:
+    """Whether the user gave parameter ``name`` (on the command line or otherwise)."""
+    return ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
+
+
+def _refuse_unread_options(ctx: click.Context, workload: str, compaction: str) -> None:
+    """A usage error for an option given for a run that does not read it: the run
+    would ignore it and measure something else than asked."""
     for name, readers in READ_BY.items():
-        if workload in readers or ctx.get_parameter_source(name) in (
-            None,
-            click.core.ParameterSource.DEFAULT,
-        ):
-            continue
-        param = next(p for p in ctx.command.params if p.name == name)
-        option = max(param.opts, key=len)
+        if workload not in readers and _given(ctx, name):
+            param = next(p for p in ctx.command.params if p.name == name)
+            raise click.UsageError(
+                f"{max(param.opts, key=len)} is read by {', '.join(readers)} only; "
+                f"{workload} does not use it: leave it out"
+            )
+    if compaction == "off" and _given(ctx, "compaction_interval"):
         raise click.UsageError(
-            f"{option} is read by {', '.join(readers)} only; {workload} does not use it: "
-            "leave it out"
+            "--compaction-interval sets the schedule that --compaction off turns off: "
+            "leave it out, or run --compaction on or both"
         )
 
 
@@ -347,7 +352,7 @@ def bench(
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from e
-    _refuse_unread_options(ctx, workload)
+    _refuse_unread_options(ctx, workload, compaction)
     _check_dirs(out_dir, workdir, workload)
     doc, path = run_and_write(
         cfg, out_dir, workdir=workdir, plots=not no_plots, echo=lambda m: click.echo(m, err=True)
