@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import copy
 import json
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import jsonschema
@@ -352,3 +358,69 @@ def test_selector_skip_counts_one_in_p_as_skipped(run_tiny: Run) -> None:
         expected = sum(1 for i in range(n) if i % period == period - 1)
         assert run["counts"]["skipped"] == expected
         assert run["counts"]["acked"] == n - expected
+
+
+def test_ctrl_c_stops_the_run_at_once_and_leaves_no_store_nor_result(tmp_path: Path) -> None:
+    # SIGINT raised KeyboardInterrupt in the main thread, but the producer and consumer
+    # threads went on until they had put and taken every message, here about forever.
+    out, work, err = tmp_path / "out", tmp_path / "work", tmp_path / "stderr"
+    work.mkdir()
+    args = ["steady", "-n", str(10**9), "--peers", "none", "--no-progress", "--no-reopen"]
+    places = ["--out", str(out), "--workdir", str(work)]
+    with open(err, "wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "msgcask.cli.main", "bench", *args, *places],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            # A child of a shell's background job starts with SIGINT ignored.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    try:
+        # Interrupt mid-workload, once puts have filled a few data files (the files'
+        # names count up; compaction deletes the drained ones).
+        while max((int(p.stem) for p in work.glob("msgcask-bench-*/*/*.log")), default=0) < 5:
+            assert proc.poll() is None, err.read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, stdout + err.read_text()
+    assert "Aborted!" in err.read_text()
+    assert "Traceback" not in err.read_text()
+    assert list(out.iterdir()) == []  # no result, not even a part of one
+    assert list(work.iterdir()) == []  # the run's stores are gone
+
+
+def test_an_interrupt_of_the_main_thread_stops_the_workers_before_it_goes_on() -> None:
+    # KeyboardInterrupt left run_threads at once, the workers still running: they went
+    # on putting into the stores that the runner was removing.
+    ctx = SimpleNamespace(stop=threading.Event(), fail=None)
+    returned = threading.Event()
+    returned_by_then: list[bool] = []
+
+    def worker() -> None:
+        ctx.stop.wait(60)  # bounded: a worker never stopped must not hold pytest up
+        returned.set()
+
+    def interrupter() -> None:
+        time.sleep(0.05)  # the main thread is waiting for the workers by then
+        # As Ctrl-C does: a real signal, which wakes the main thread from its wait.
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    def run() -> None:
+        try:
+            definitions.run_threads(ctx, [("worker", worker), ("interrupter", interrupter)])
+        finally:
+            returned_by_then.append(returned.is_set())
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run()
+        assert ctx.stop.is_set()
+        assert returned_by_then == [True]
+    finally:
+        ctx.stop.set()  # a worker left running would keep pytest from exiting

@@ -134,22 +134,37 @@ class Context:
 
 def run_threads(ctx: Context, workers: list[tuple[str, Callable[[], None]]]) -> None:
     """Run workers in threads; the first failure stops the others."""
+    finished = [threading.Event() for _ in workers]
 
-    def guard(name: str, fn: Callable[[], None]) -> None:
+    def guard(name: str, fn: Callable[[], None], done: threading.Event) -> None:
         try:
             fn()
         except StopRun:
             pass
         except Exception as e:  # noqa: BLE001 - recorded in the result, never swallowed
             ctx.fail(name, e)
+        finally:
+            done.set()
 
     threads = [
-        threading.Thread(target=guard, args=w, name=f"msgcask-bench-{w[0]}") for w in workers
+        threading.Thread(target=guard, args=(*w, done), name=f"msgcask-bench-{w[0]}")
+        for w, done in zip(workers, finished, strict=True)
     ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    except BaseException:
+        # Ctrl-C in the main thread: stop the workers as the time limit does, or they
+        # would go on putting into the stores that the runner goes on to remove. Wait
+        # on their events, not join(): a join that Ctrl-C interrupted can mark a
+        # running thread as stopped, and the next join returns at once.
+        ctx.stop.set()
+        for t, done in zip(threads, finished, strict=True):
+            if t.ident is not None:  # started
+                done.wait()
+        raise
 
 
 # --- producers ----------------------------------------------------------------------------
