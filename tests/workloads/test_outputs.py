@@ -153,12 +153,7 @@ def test_bench_one_cpu_runs_every_thread_on_one_cpu(tmp_path: Path) -> None:
 def test_bench_rejects_bad_values_before_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], says: str
 ) -> None:
-    monkeypatch.setattr(runner, "run_workload", _must_not_run)
-    out = tmp_path / "out"
-    result = CliRunner().invoke(bench, ["steady", "-n", "10", *args, "--out", str(out)])
-    assert result.exit_code == 2, result.output
-    assert says in result.output
-    assert not out.exists()
+    assert says in _refused_before_running(tmp_path, monkeypatch, ["steady", "-n", "10", *args])
 
 
 @pytest.mark.parametrize(
@@ -181,13 +176,9 @@ def test_bench_rejects_bad_values_before_running(
 def test_bench_refuses_a_size_mix_batch_too_big_for_a_data_file_before_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], says: str
 ) -> None:
-    monkeypatch.setattr(runner, "run_workload", _must_not_run)
-    out = tmp_path / "out"
-    result = CliRunner().invoke(bench, [*args, "--out", str(out)])
-    assert result.exit_code == 2, result.output
-    assert says in result.output
-    assert "does not fit in a data file of 1048576 bytes" in result.output
-    assert not out.exists()
+    output = _refused_before_running(tmp_path, monkeypatch, args)
+    assert says in output
+    assert "does not fit in a data file of 1048576 bytes" in output
 
 
 @pytest.mark.parametrize(
@@ -219,12 +210,7 @@ def test_bench_refuses_a_size_mix_batch_too_big_for_a_data_file_before_running(
 def test_bench_refuses_counts_it_cannot_run_and_options_the_workload_ignores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], says: str
 ) -> None:
-    monkeypatch.setattr(runner, "run_workload", _must_not_run)
-    out = tmp_path / "out"
-    result = CliRunner().invoke(bench, [*args, "--peers", "none", "--out", str(out)])
-    assert result.exit_code == 2, result.output
-    assert says in result.output
-    assert not out.exists()
+    assert says in _refused_before_running(tmp_path, monkeypatch, [*args, "--peers", "none"])
 
 
 class _Ran(Exception):
@@ -258,6 +244,19 @@ def test_bench_takes_each_workloads_own_options(
 
 def _must_not_run(*args: object, **kwargs: object) -> None:
     raise AssertionError("the workload ran: the bad input should have been refused first")
+
+
+def _refused_before_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> str:
+    """The output of ``msgcask bench ARGS``, which must be a usage error given before
+    anything runs or --out is made."""
+    monkeypatch.setattr(runner, "run_workload", _must_not_run)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(bench, [*args, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert not out.exists()
+    return result.output
 
 
 def test_run_and_write_refuses_unusable_directories_before_running(

@@ -92,6 +92,15 @@ SIZE = SizeType()
 FILE_SIZE = SizeType((MIN_FILE_SIZE, MAX_FILE_SIZE_LIMIT), "msgcask takes data files of")
 
 
+MAX_FILE_SIZE_OPTION = click.option(
+    "--max-file-size",
+    type=FILE_SIZE,
+    default=MiB,
+    show_default=True,
+    help="Data file size, 64 KiB to 2 GiB.",
+)
+
+
 def _check_dirs(out_dir: str, workdir: str | None, stem: str) -> None:
     """A usage error now for a --workdir or --out that cannot be used, not a
     traceback after the run (the work directory first: it creates nothing)."""
@@ -191,13 +200,7 @@ def _refuse_unread_options(ctx: click.Context, workload: str, compaction: str) -
     show_default=True,
     help="R: fill/drain cycles of drain-history.",
 )
-@click.option(
-    "--max-file-size",
-    type=FILE_SIZE,
-    default=MiB,
-    show_default=True,
-    help="Data file size, 64 KiB to 2 GiB.",
-)
+@MAX_FILE_SIZE_OPTION
 @click.option(
     "--max-store-size", type=SIZE, default=None, help="[none; priority-pin: 32 data files]"
 )
@@ -367,13 +370,7 @@ def bench(
 @click.command()
 @click.option("--messages", "-n", type=int, default=150_000, show_default=True)
 @click.option("--size", type=SIZE, default=1024, show_default=True)
-@click.option(
-    "--max-file-size",
-    type=FILE_SIZE,
-    default=MiB,
-    show_default=True,
-    help="Data file size, 64 KiB to 2 GiB.",
-)
+@MAX_FILE_SIZE_OPTION
 @click.option(
     "--peers",
     default="sqlite3",
