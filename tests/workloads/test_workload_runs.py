@@ -388,11 +388,12 @@ def test_ctrl_c_stops_the_run_at_once_and_leaves_no_store_nor_result(tmp_path: P
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 1, stdout + err.read_text()
-    assert "Aborted!" in err.read_text()
-    assert "Traceback" not in err.read_text()
-    assert list(out.iterdir()) == []  # no result, not even a part of one
-    assert list(work.iterdir()) == []  # the run's stores are gone
+    said = f"exit {proc.returncode}\n{stdout}{err.read_text()}"  # for any failure below
+    assert proc.returncode == 1, said
+    assert "Aborted!" in said
+    assert "Traceback" not in said
+    assert list(out.iterdir()) == [], said  # no result, not even a part of one
+    assert list(work.rglob("*")) == [], said  # the run's stores are gone
 
 
 def test_an_interrupt_of_the_main_thread_stops_the_workers_before_it_goes_on() -> None:
