@@ -10,6 +10,8 @@ from msgcask.cpu import check_cpus
 SYNC_MODES = ("always", "periodic", "never")
 MIN_FILE_SIZE = 64 * 1024
 MAX_FILE_SIZE_LIMIT = 2**31
+# The fewest data files max_store_size must hold (docs/tuning.md, max_store_size).
+MIN_STORE_FILES = 4
 # Longest intervals: beyond them a background wait or the schedule's next run
 # date no longer fits the platform's timers (and no store needs more).
 MAX_SYNC_INTERVAL = 3600.0
@@ -121,9 +123,10 @@ class Options:
                 "keep_data_files=True keeps every data file, so nothing may compact: pass "
                 "compaction_interval=None and no max_store_size with it"
             )
-        if self.max_store_size is not None and self.max_store_size < 4 * self.max_file_size:
+        least = MIN_STORE_FILES * self.max_file_size
+        if self.max_store_size is not None and self.max_store_size < least:
             raise ValueError(
-                "max_store_size must be at least 4 data files "
-                f"(4 * max_file_size = {4 * self.max_file_size} bytes), "
+                f"max_store_size must be at least {MIN_STORE_FILES} data files "
+                f"({MIN_STORE_FILES} * max_file_size = {least} bytes), "
                 f"got {self.max_store_size}"
             )

@@ -141,6 +141,18 @@ def test_bench_one_cpu_runs_every_thread_on_one_cpu(tmp_path: Path) -> None:
         (["--size", "infKiB"], "'infKiB' is not a size"),
         (["--max-file-size", "infMiB"], "'infMiB' is not a size"),
         (["--max-store-size", "infGiB"], "'infGiB' is not a size"),
+        # The option the user typed, not the library setting it becomes.
+        (
+            ["--max-store-size", "3MiB"],
+            "Invalid value for '--max-store-size': 3145728 bytes is too small; msgcask "
+            "needs room for at least 4 data files of --max-file-size: 4 MiB (4194304 bytes)",
+        ),
+        (
+            ["--max-store-size", "255KiB", "--max-file-size", "64KiB"],
+            "261120 bytes is too small; msgcask needs room for at least 4 data files of "
+            "--max-file-size: 256 KiB (262144 bytes)",
+        ),
+        (["--max-store-size", "0"], "0 bytes is too small"),
         (["--rounds", "-3"], "rounds must be at least 1"),
         (["--rounds", "0"], "rounds must be at least 1"),
         (["--crash-messages", "-1"], "crash_messages must be 0 to 1000000"),
@@ -154,6 +166,16 @@ def test_bench_rejects_bad_values_before_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], says: str
 ) -> None:
     assert says in _refused_before_running(tmp_path, monkeypatch, ["steady", "-n", "10", *args])
+
+
+def test_a_store_size_below_four_data_files_names_the_option_on_the_command_line_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["steady", "-n", "10", "--max-store-size", "2MiB"]
+    assert "max_store_size" not in _refused_before_running(tmp_path, monkeypatch, args)
+    # RunConfig's callers named the setting, and read the library's own words.
+    with pytest.raises(ValueError, match=r"^max_store_size must be at least 4 data files"):
+        RunConfig(max_store_size=2 * 2**20)
 
 
 @pytest.mark.parametrize(

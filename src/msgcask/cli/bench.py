@@ -13,7 +13,7 @@ import time
 
 import click
 
-from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE
+from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE, MIN_STORE_FILES
 from msgcask.workloads.config import (
     MAX_CRASH_MESSAGES,
     MAX_THREADS,
@@ -116,6 +116,24 @@ def _check_dirs(out_dir: str, workdir: str | None, stem: str) -> None:
         raise click.BadParameter(str(e), param_hint="--out") from e
 
 
+def _check_store_size(ctx: click.Context, max_store_size: int | None, max_file_size: int) -> None:
+    """A usage error naming --max-store-size for a cap msgcask refuses: the store's
+    own message names its setting, max_store_size, which the user did not type."""
+    least = MIN_STORE_FILES * max_file_size
+    if max_store_size is not None and max_store_size < least:
+        raise click.BadParameter(
+            f"{max_store_size} bytes is too small; msgcask needs room for at least "
+            f"{MIN_STORE_FILES} data files of --max-file-size: {_human(least)} ({least} bytes)",
+            ctx,
+            _param(ctx, "max_store_size"),
+        )
+
+
+def _param(ctx: click.Context, name: str) -> click.Parameter:
+    """The command's parameter ``name``."""
+    return next(p for p in ctx.command.params if p.name == name)
+
+
 def _given(ctx: click.Context, name: str) -> bool:
     """Whether the user gave parameter ``name`` (on the command line or otherwise)."""
     return ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
@@ -126,7 +144,7 @@ def _refuse_unread_options(ctx: click.Context, workload: str, compaction: str) -
     would ignore it and measure something else than asked."""
     for name, readers in READ_BY.items():
         if workload not in readers and _given(ctx, name):
-            param = next(p for p in ctx.command.params if p.name == name)
+            param = _param(ctx, name)
             raise click.UsageError(
                 f"{max(param.opts, key=len)} is read by {', '.join(readers)} only; "
                 f"{workload} does not use it: leave it out"
@@ -322,6 +340,7 @@ def bench(
     from msgcask.workloads.subjects import parse_peers
 
     _quiet_scheduler_log()
+    _check_store_size(ctx, max_store_size, max_file_size)
     try:
         cfg = RunConfig(
             workload=workload,
