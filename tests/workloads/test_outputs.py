@@ -133,6 +133,7 @@ def test_bench_one_cpu_runs_every_thread_on_one_cpu(tmp_path: Path) -> None:
             "65024, or raise --max-file-size to at least 65537 bytes",
         ),
         (["--peers", "sqlite3,sqlite"], "unknown peer 'sqlite'"),
+        (["--peers", "all,none"], "'all' and 'none' stand alone and cannot be combined"),
         (["--interval", "1e-8"], "interval must be 0.01 to 3600 seconds"),
         (["--interval", "nan"], "interval must be 0.01 to 3600 seconds"),
         (["--interval", "inf"], "interval must be 0.01 to 3600 seconds"),

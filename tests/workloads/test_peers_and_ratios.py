@@ -87,9 +87,25 @@ def test_peer_selection() -> None:
     assert parse_peers("all") == list(PEERS)
     assert parse_peers(" sqlite3, litequeue ") == ["sqlite3", "litequeue"]
     assert parse_peers("sqlite3,litequeue,sqlite3") == ["sqlite3", "litequeue"]
+    assert parse_peers(" all, all") == list(PEERS)
     assert peer_unavailable("sqlite3") is None
     reason = peer_unavailable("bogus")
     assert reason is not None and "unknown" in reason
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("all,none", "'all' and 'none' stand alone and cannot be combined with other names"),
+        ("none,sqlite3", "'none' stands alone and cannot be combined with other names"),
+        ("sqlite3,all", "'all' stands alone and cannot be combined with other names"),
+    ],
+)
+def test_all_and_none_are_refused_in_a_list_of_peers(spec: str, says: str) -> None:
+    # Each works alone; in a list they read as unknown peers ("unknown peer 'all', 'none'").
+    with pytest.raises(ValueError, match="^" + says) as refused:
+        parse_peers(spec)
+    assert "unknown" not in str(refused.value)
 
 
 def test_file_queue_consumption_is_persisted(tmp_path: Path) -> None:

@@ -35,15 +35,25 @@ def peer_unavailable(name: str) -> str | None:
     return None
 
 
+# The names that stand for a whole selection of peers, not for one.
+STANDALONE_NAMES = ("all", "none")
+
+
 def parse_peers(spec: str) -> list[str]:
     """``none``, ``all`` or a comma-separated list of peer names."""
-    spec = spec.strip()
-    if spec in ("", "none"):
-        return []
-    if spec == "all":
-        return list(PEERS)
     # A peer named twice runs once (two runs under one label would read as one).
     names = list(dict.fromkeys(p.strip() for p in spec.split(",") if p.strip()))
+    if names in ([], ["none"]):
+        return []
+    if names == ["all"]:
+        return list(PEERS)
+    alone = [n for n in names if n in STANDALONE_NAMES]
+    if alone:
+        raise ValueError(
+            f"{' and '.join(map(repr, alone))} {'stand' if len(alone) > 1 else 'stands'} alone "
+            "and cannot be combined with other names: give 'all', 'none', or a "
+            f"comma-separated list of the peers {', '.join(PEERS)}"
+        )
     unknown = [n for n in names if n not in PEERS]
     if unknown:
         raise ValueError(
