@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 from workload_sizes import Run
@@ -295,6 +296,44 @@ def test_run_and_write_refuses_unusable_directories_before_running(
         runner.run_and_write(cfg, str(tmp_path / "out"), workdir=str(tmp_path / "missing"))
     assert not (tmp_path / "out").exists()  # the work directory is checked first
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "says"),
+    [
+        (bench, ["steady", "-n", "10", "--out", ""], "--out: the result's directory name is empty"),
+        (bench, ["steady", "-n", "10", "--workdir", ""], "--workdir: the work directory's name is"),
+        (demo, ["-n", "10", "--out", ""], "--out: the result's directory name is empty"),
+    ],
+)
+def test_an_empty_directory_name_is_a_usage_error(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: click.Command,
+    args: list[str],
+    says: str,
+) -> None:
+    # --out "" said "cannot write the result in : No such file or directory", and
+    # --workdir "" made the stores in the current directory.
+    monkeypatch.setattr(runner, "run_workload", _must_not_run)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(command, [*args, "--peers", "none"])
+    assert result.exit_code == 2, result.output
+    assert says in result.output
+    assert list(tmp_path.iterdir()) == []  # nothing made, here nor in ./results
+
+
+def test_run_and_write_refuses_empty_directory_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "run_workload", _must_not_run)
+    monkeypatch.chdir(tmp_path)
+    cfg = RunConfig(messages=10, progress=False, reopen=False)
+    with pytest.raises(ValueError, match=r"^the result's directory name is empty: give"):
+        runner.run_and_write(cfg, "")
+    with pytest.raises(ValueError, match=r"^the work directory's name is empty: give"):
+        runner.run_and_write(cfg, "out", workdir="")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_directory_in_the_results_place_is_refused_before_running(

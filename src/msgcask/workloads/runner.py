@@ -261,6 +261,10 @@ def check_workdir(workdir: str | None) -> None:
     temporary directory); creates nothing there."""
     if workdir is None:
         return
+    if not workdir:  # mkdtemp would take it for the current directory
+        raise ValueError(
+            "the work directory's name is empty: give a directory, or none for a temporary one"
+        )
     try:
         os.rmdir(tempfile.mkdtemp(prefix="msgcask-bench-", dir=workdir))
     except OSError as e:
@@ -275,6 +279,8 @@ def prepare_out_dir(out_dir: str, stem: str | None = None) -> None:
     in it, and (given ``stem``) that ``<stem>.json`` can be written there;
     ValueError if not. Checked before a run, not after it, when a bad
     directory would lose the whole run's result."""
+    if not out_dir:
+        raise ValueError("the result's directory name is empty: give a directory, such as results")
     try:
         os.makedirs(out_dir, exist_ok=True)
         with tempfile.TemporaryFile(dir=out_dir):
