@@ -336,6 +336,27 @@ def test_run_and_write_refuses_empty_directory_names(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError], ids=["Ctrl-C", "a failure"])
+def test_a_run_that_writes_nothing_leaves_no_out_directory_it_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop: type[BaseException]
+) -> None:
+    # It left --out made and empty: every directory the run made goes again, the
+    # ones that were there before stay.
+    def run_stopped(*args: object, **kwargs: object) -> None:
+        raise stop("stopped")
+
+    monkeypatch.setattr(runner, "run_workload", run_stopped)
+    cfg = RunConfig(messages=10, progress=False, reopen=False)
+    (tmp_path / "there").mkdir()
+    for out in (tmp_path / "there" / "made" / "too", tmp_path / "there"):
+        with pytest.raises(stop):
+            runner.run_and_write(cfg, str(out))
+    assert [p.name for p in tmp_path.rglob("*")] == ["there"]
+    result = CliRunner().invoke(bench, ["steady", "-n", "10", "--out", str(tmp_path / "cli")])
+    assert result.exit_code == 1, result.output
+    assert [p.name for p in tmp_path.rglob("*")] == ["there"]
+
+
 def test_a_directory_in_the_results_place_is_refused_before_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -103,15 +103,17 @@ MAX_FILE_SIZE_OPTION = click.option(
 
 def _check_dirs(out_dir: str, workdir: str | None, stem: str) -> None:
     """A usage error now for a --workdir or --out that cannot be used, not a
-    traceback after the run (the work directory first: it creates nothing)."""
-    from msgcask.workloads.runner import check_workdir, prepare_out_dir
+    traceback after the run (the work directory first: it creates nothing).
+    Leaves nothing made: run_and_write makes --out again, and removes it if the
+    run ends before writing in it."""
+    from msgcask.workloads.runner import check_workdir, prepare_out_dir, remove_made_dirs
 
     try:
         check_workdir(workdir)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--workdir") from e
     try:
-        prepare_out_dir(out_dir, stem)
+        remove_made_dirs(prepare_out_dir(out_dir, stem))
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--out") from e
 

@@ -237,8 +237,12 @@ def run_and_write(
 
     stem = stem or cfg.workload
     check_workdir(workdir)
-    prepare_out_dir(out_dir, stem)
-    doc = run_workload(cfg, workdir, echo)
+    made = prepare_out_dir(out_dir, stem)
+    try:
+        doc = run_workload(cfg, workdir, echo)
+    except BaseException:  # Ctrl-C too: a run that writes nothing leaves nothing
+        remove_made_dirs(made)
+        raise
     path = os.path.join(out_dir, f"{stem}.json")
     # The result first: a plot that cannot be drawn must not lose the run.
     write_json(doc, path)
@@ -274,24 +278,59 @@ def check_workdir(workdir: str | None) -> None:
         ) from e
 
 
-def prepare_out_dir(out_dir: str, stem: str | None = None) -> None:
+def prepare_out_dir(out_dir: str, stem: str | None = None) -> list[str]:
     """Create ``out_dir`` if it is missing and check that files can be written
     in it, and (given ``stem``) that ``<stem>.json`` can be written there;
-    ValueError if not. Checked before a run, not after it, when a bad
-    directory would lose the whole run's result."""
+    ValueError if not, leaving no directory made. Checked before a run, not
+    after it, when a bad directory would lose the whole run's result.
+
+    Returns the directories it made, outermost first, for ``remove_made_dirs``.
+    """
     if not out_dir:
         raise ValueError("the result's directory name is empty: give a directory, such as results")
+    made = _missing_dirs(out_dir)
     try:
         os.makedirs(out_dir, exist_ok=True)
         with tempfile.TemporaryFile(dir=out_dir):
             pass
+        if stem is not None:
+            _check_result_names(out_dir, stem)
     except OSError as e:
+        remove_made_dirs(made)
         raise ValueError(
             f"cannot write the result in {out_dir}: {e.strerror or e}. Give a directory "
             "that exists or can be created, and that this user can write in"
         ) from e
-    if stem is None:
-        return
+    except ValueError:
+        remove_made_dirs(made)
+        raise
+    return made
+
+
+def remove_made_dirs(made: list[str]) -> None:
+    """Remove the directories ``prepare_out_dir`` made, innermost first, as long as
+    they are empty; one that holds anything stays, with those above it."""
+    for path in reversed(made):
+        try:
+            os.rmdir(path)
+        except OSError:
+            return
+
+
+def _missing_dirs(path: str) -> list[str]:
+    """``path`` and its missing parents, outermost first: what makedirs would make."""
+    missing: list[str] = []
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+        missing.insert(0, path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
+def _check_result_names(out_dir: str, stem: str) -> None:
     # write_json writes <stem>.json.tmp, then renames it over <stem>.json.
     for name in (f"{stem}.json", f"{stem}.json.tmp"):
         target = os.path.join(out_dir, name)
