@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -264,6 +266,39 @@ def test_bench_takes_each_workloads_own_options(
     result = CliRunner().invoke(bench, [*args, "--peers", "none", "--out", str(tmp_path)])
     assert isinstance(result.exception, _Ran), result.output
     assert result.exception.args[0].workload == args[0]
+
+
+def test_bench_and_demo_restore_the_sigterm_handler_they_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # They end a run on SIGTERM as on Ctrl-C, and only while it runs.
+    def previous(signum: int, frame: object) -> None:
+        raise AssertionError("not called")
+
+    monkeypatch.setattr(runner, "run_and_write", _record_run)
+    before = signal.signal(signal.SIGTERM, previous)
+    try:
+        for command, args in ((bench, ["steady", "-n", "10"]), (demo, ["-n", "10"])):
+            result = CliRunner().invoke(command, [*args, "--peers", "none", "--out", "x"])
+            assert isinstance(result.exception, _Ran), result.output
+            assert signal.getsignal(signal.SIGTERM) is previous
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_bench_runs_outside_the_main_thread_without_a_sigterm_handler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # signal.signal works only in the main thread; elsewhere SIGTERM is left as it is.
+    monkeypatch.setattr(runner, "run_and_write", _record_run)
+    monkeypatch.chdir(tmp_path)
+    results = []
+    thread = threading.Thread(
+        target=lambda: results.append(CliRunner().invoke(bench, ["steady", "-n", "10"]))
+    )
+    thread.start()
+    thread.join()
+    assert isinstance(results[0].exception, _Ran), results[0].output
 
 
 def _must_not_run(*args: object, **kwargs: object) -> None:

@@ -6,10 +6,12 @@ every command, and matplotlib or the peers are only needed by these two.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 
 import click
 
@@ -134,6 +136,20 @@ def _check_store_size(ctx: click.Context, max_store_size: int | None, max_file_s
 def _param(ctx: click.Context, name: str) -> click.Parameter:
     """The command's parameter ``name``."""
     return next(p for p in ctx.command.params if p.name == name)
+
+
+@contextlib.contextmanager
+def _ended_by_sigterm() -> Iterator[None]:
+    """SIGTERM during the block ends the run as Ctrl-C does (its threads stopped, its
+    stores removed, no result), then the process with TERMINATED_STATUS."""
+    from msgcask.cli.termination import TERMINATED_STATUS, Terminated, sigterm_raises
+
+    try:
+        with sigterm_raises():
+            yield
+    except Terminated:
+        click.echo("Terminated: the run's stores are removed and no result written", err=True)
+        raise SystemExit(TERMINATED_STATUS) from None
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -378,9 +394,14 @@ def bench(
         raise click.UsageError(str(e)) from e
     _refuse_unread_options(ctx, workload, compaction)
     _check_dirs(out_dir, workdir, workload)
-    doc, path = run_and_write(
-        cfg, out_dir, workdir=workdir, plots=not no_plots, echo=lambda m: click.echo(m, err=True)
-    )
+    with _ended_by_sigterm():
+        doc, path = run_and_write(
+            cfg,
+            out_dir,
+            workdir=workdir,
+            plots=not no_plots,
+            echo=lambda m: click.echo(m, err=True),
+        )
     click.echo(summary(doc))
     click.echo(f"result: {path}")
     if any(r["status"] == "failed" for r in doc["runs"]):
@@ -442,7 +463,8 @@ def demo(
         "compaction on, then off"
     )
     start = time.monotonic()
-    doc, path = run_and_write(cfg, out, stem=DEMO_STEM, echo=lambda m: click.echo(m, err=True))
+    with _ended_by_sigterm():
+        doc, path = run_and_write(cfg, out, stem=DEMO_STEM, echo=lambda m: click.echo(m, err=True))
     click.echo(summary(doc))
     runs = {r["compaction_on"]: r for r in doc["runs"] if r["subject"] == "msgcask"}
     on, off = runs.get(True), runs.get(False)
