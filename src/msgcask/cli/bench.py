@@ -37,9 +37,15 @@ def _quiet_scheduler_log() -> None:
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
 
 
+# The binary units sizes are read and said in, largest first.
+UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
 def _size(text: str) -> int:
-    """Bytes from '1048576', '1MiB', '64KiB', '2GiB'; ValueError if it is none."""
-    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "k": 2**10, "m": 2**20, "g": 2**30}
+    """Bytes from '1048576', '1MiB', '64KiB', '2GiB' (or 1m, 64k, 2g); ValueError if
+    it is none."""
+    units = {name.lower(): mult for name, mult in UNITS}
+    units |= {name[0].lower(): mult for name, mult in UNITS}
     t = text.strip().lower()
     for suffix, mult in sorted(units.items(), key=lambda kv: -len(kv[0])):
         if t.endswith(suffix):
@@ -57,7 +63,7 @@ def _size(text: str) -> int:
 
 def _human(size: int) -> str:
     """``size`` in the largest binary unit that divides it: '64 KiB', '2 GiB'."""
-    for unit, mult in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, mult in UNITS:
         if size % mult == 0:
             return f"{size // mult} {unit}"
     return f"{size} bytes"
