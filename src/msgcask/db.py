@@ -1323,10 +1323,7 @@ class Store:
             seen: set[int] = set()
             for msg_id in acks:
                 if msg_id not in self._inflight or msg_id in seen:
-                    raise ValueError(
-                        f"message {msg_id} is not delivered and unacked (or is acked twice "
-                        "in this transaction); only messages returned by get() can be acked"
-                    )
+                    raise ValueError(not_ackable(msg_id))
                 seen.add(msg_id)
             for message in delivered:
                 self._check_delivery(message, self._inflight.get(message.id))
@@ -1901,6 +1898,6 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
 
 # Imported at the end for the type annotations above; the modules import Store lazily.
 from msgcask.queue import Queue  # noqa: E402
-from msgcask.transaction import Transaction  # noqa: E402
+from msgcask.transaction import Transaction, not_ackable  # noqa: E402
 
 __all__ = ["Queue", "Store", "Transaction", "open"]

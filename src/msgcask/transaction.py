@@ -13,6 +13,14 @@ if TYPE_CHECKING:
     from msgcask.db import Store, _PendingPut
 
 
+def not_ackable(msg_id: int) -> str:
+    """Why an ack in a transaction is refused (at the call, or at the commit)."""
+    return (
+        f"message {msg_id} is not delivered and unacked (or is acked twice in this "
+        "transaction); only messages returned by get() can be acked, once"
+    )
+
+
 class Transaction:
     """Collects puts and acks; writes them as one batch when the block ends.
 
@@ -34,6 +42,7 @@ class Transaction:
         self._store = store
         self._puts: list[_PendingPut] = []
         self._acks: list[int] = []
+        self._acked: set[int] = set()  # the same ids, to refuse a second ack at once
         # The acks given as Messages: the commit checks each is still the latest
         # delivery (a nack and a new delivery may come between ack and commit).
         self._delivered: list[Message] = []
@@ -64,20 +73,31 @@ class Transaction:
         return pending.msg_id
 
     def ack(self, message: Message | int) -> None:
+        """Add an ack of a delivered, unacked message (a Message get() returned, or
+        its id). Refused at once (ValueError, the transaction unchanged) for a
+        message that is not delivered-and-unacked now or is acked twice here; the
+        commit checks again, since a nack or a new delivery may come between."""
         self._check_usable()
         if isinstance(message, Message):
             msg_id = delivered_id(message)
-            with self._store._lock:
-                self._store._check_open()
-                self._store._check_delivery(message, self._store._inflight.get(msg_id))
-            self._acks.append(msg_id)
-            self._delivered.append(message)
         elif isinstance(message, int) and not isinstance(message, bool):
-            self._acks.append(message)
+            msg_id = message
         else:
             raise TypeError(
                 f"expected a Message or a message id (int), got {type(message).__name__}"
             )
+        store = self._store
+        with store._lock:
+            store._check_open()
+            held = store._inflight.get(msg_id)
+            if isinstance(message, Message):
+                store._check_delivery(message, held)
+            if held is None or msg_id in self._acked:
+                raise ValueError(not_ackable(msg_id))
+        self._acks.append(msg_id)
+        self._acked.add(msg_id)
+        if isinstance(message, Message):
+            self._delivered.append(message)
 
     def commit(self) -> list[int]:
         """Write everything; return the ids of the messages put."""
@@ -104,6 +124,7 @@ class Transaction:
         self._done = True
         self._puts.clear()
         self._acks.clear()
+        self._acked.clear()
         self._delivered.clear()
 
     def _check_usable(self) -> None:

@@ -750,12 +750,14 @@ class TestAckNack:
     def test_a_transaction_whose_commit_failed_says_so_when_used_again(
         self, seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot
     ) -> None:
-        store, _ = seeded
-        before = snapshot(store, store_path)
+        store, q = seeded
+        m = q.get(block=False)
         tx = store.transaction()
         tx.put("orders", b"should not appear")
-        tx.ack(10**6)  # no such message: the commit fails and writes nothing
-        with pytest.raises(ValueError, match="message 1000000 is not delivered"):
+        tx.ack(m)
+        q.ack(m)  # acked meanwhile: the commit fails and writes nothing
+        before = snapshot(store, store_path)
+        with pytest.raises(ValueError, match=f"message {m.id} is not delivered"):
             tx.commit()
         for again in (tx.commit, lambda: tx.put("orders", b"x"), lambda: tx.ack(1)):
             with pytest.raises(
@@ -1175,3 +1177,26 @@ def test_an_open_that_fails_raises_a_msgcask_error_and_changes_nothing(
     assert isinstance(raised.value, (msgcask.Error, ValueError, TypeError))
     assert not isinstance(raised.value, OSError)
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("kind", ["browsed", "browsed-id", "unknown-id", "acked-twice"])
+def test_a_transaction_refuses_a_bad_ack_at_the_call_and_stays_usable(
+    seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot, kind: str
+) -> None:
+    store, q = seeded
+    delivered = q.get(block=False)
+    waiting = next(m for m in q.browse() if m.id != delivered.id)
+    before = snapshot(store, store_path)
+    tx = store.transaction()
+    tx.ack(delivered)
+    bad: object = {
+        "browsed": waiting,
+        "browsed-id": waiting.id,
+        "unknown-id": max(m.id for m in q.browse()) + 1000,
+        "acked-twice": delivered.id,
+    }[kind]
+    with pytest.raises(ValueError, match="not delivered and unacked"):
+        tx.ack(bad)  # type: ignore[arg-type]
+    assert snapshot(store, store_path) == before  # nothing written yet, nothing refused later
+    tx.commit()  # the refused ack left the rest of the transaction as it was
+    assert [m.id for m in q.browse()] == [waiting.id]
