@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -437,3 +438,35 @@ def test_an_interrupt_of_the_main_thread_stops_the_workers_before_it_goes_on() -
         assert returned_by_then == [True]
     finally:
         ctx.stop.set()  # a worker left running would keep pytest from exiting
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM"])
+def test_an_interrupted_demo_without_out_leaves_no_temporary_directory(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    # Without --out the demo writes into a temporary directory it makes first; an
+    # interrupt before the result was written left that directory behind, empty.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    args = ["demo", "-n", str(10**9), "--peers", "none", "--no-progress"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "msgcask.cli.main", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "TMPDIR": str(temp)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        # Interrupt once the run's store has a few data files.
+        while max((int(p.stem) for p in temp.rglob("*.log")), default=0) < 3:
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        said, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode in (1, 143), said
+    assert list(temp.iterdir()) == [], said

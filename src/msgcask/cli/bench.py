@@ -443,7 +443,7 @@ def demo(
     ever put; with compaction disk follows the live data.
     """
     from msgcask.workloads.report import fmt, summary
-    from msgcask.workloads.runner import run_and_write
+    from msgcask.workloads.runner import remove_made_dirs, run_and_write
     from msgcask.workloads.subjects import parse_peers
 
     _quiet_scheduler_log()
@@ -469,8 +469,15 @@ def demo(
         "compaction on, then off"
     )
     start = time.monotonic()
-    with _ended_by_sigterm():
-        doc, path = run_and_write(cfg, out, stem=DEMO_STEM, echo=lambda m: click.echo(m, err=True))
+    try:
+        with _ended_by_sigterm():
+            doc, path = run_and_write(
+                cfg, out, stem=DEMO_STEM, echo=lambda m: click.echo(m, err=True)
+            )
+    except BaseException:  # Ctrl-C too: the temporary directory goes if nothing is in it
+        if out_dir is None:
+            remove_made_dirs([out])
+        raise
     click.echo(summary(doc))
     runs = {r["compaction_on"]: r for r in doc["runs"] if r["subject"] == "msgcask"}
     on, off = runs.get(True), runs.get(False)
