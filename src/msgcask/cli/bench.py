@@ -15,10 +15,19 @@ from collections.abc import Iterator
 
 import click
 
-from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE, MIN_STORE_FILES
+from msgcask.options import (
+    MAX_COMPACTION_INTERVAL,
+    MAX_FILE_SIZE_LIMIT,
+    MIN_COMPACTION_INTERVAL,
+    MIN_FILE_SIZE,
+    MIN_STORE_FILES,
+)
 from msgcask.workloads.config import (
     MAX_CRASH_MESSAGES,
+    MAX_INTERVAL,
     MAX_THREADS,
+    MAX_TIME_LIMIT,
+    MIN_INTERVAL,
     READ_BY,
     WORKLOAD_NAMES,
     RunConfig,
@@ -93,6 +102,35 @@ class SizeType(click.ParamType):
                 ctx,
             )
         return size
+
+
+class BoundedFloat(click.ParamType):
+    """A number from ``low`` (excluded with ``low_open``) to ``high``. Unlike
+    click.FloatRange, it refuses NaN, which passes every comparison."""
+
+    name = "float"
+
+    def __init__(self, low: float, high: float, *, low_open: bool = False, unit: str = "") -> None:
+        self.low, self.high, self.low_open, self.unit = low, high, low_open, unit
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            number = float(value)  # type: ignore[arg-type]  # refused below if it is not one
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        low, high = _number(self.low), _number(self.high)
+        above_low = self.low < number if self.low_open else self.low <= number
+        if not (above_low and number <= self.high):  # False for NaN too
+            span = f"more than {low} and at most {high}" if self.low_open else f"{low} to {high}"
+            self.fail(f"must be {span}{self.unit}, not {value!r}", param, ctx)
+        return number
+
+
+def _number(x: float) -> str:
+    """``x`` as a reader writes it: 31,536,000 rather than 3.1536e+07."""
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
 
 
 SIZE = SizeType()
@@ -247,7 +285,11 @@ def _refuse_unread_options(ctx: click.Context, workload: str, compaction: str) -
     "--max-store-size", type=SIZE, default=None, help="[none; priority-pin: 32 data files]"
 )
 @click.option(
-    "--threshold", type=float, default=0.5, show_default=True, help="compaction_threshold."
+    "--threshold",
+    type=BoundedFloat(0, 1, low_open=True),
+    default=0.5,
+    show_default=True,
+    help="compaction_threshold.",
 )
 @click.option(
     "--compaction",
@@ -258,10 +300,11 @@ def _refuse_unread_options(ctx: click.Context, workload: str, compaction: str) -
 )
 @click.option(
     "--compaction-interval",
-    type=float,
+    type=BoundedFloat(MIN_COMPACTION_INTERVAL, MAX_COMPACTION_INTERVAL, unit=" seconds"),
     default=1.0,
     show_default=True,
-    help="Seconds between background compaction passes.",
+    help="Seconds between background compaction passes, 0.001 to a year "
+    "(--compaction off runs without them).",
 )
 @click.option(
     "--max-deliveries",
@@ -282,7 +325,7 @@ def _refuse_unread_options(ctx: click.Context, workload: str, compaction: str) -
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--interval",
-    type=float,
+    type=BoundedFloat(MIN_INTERVAL, MAX_INTERVAL, unit=" seconds"),
     default=0.5,
     show_default=True,
     help="Seconds between samples, 0.01 to 3600; also the latency window.",
@@ -296,7 +339,7 @@ def _refuse_unread_options(ctx: click.Context, workload: str, compaction: str) -
 )
 @click.option(
     "--time-limit",
-    type=float,
+    type=BoundedFloat(0, MAX_TIME_LIMIT, low_open=True, unit=" seconds"),
     default=600.0,
     show_default=True,
     help="Seconds per subject, at most 1e9 (no limit, in effect); a run still going then stops "

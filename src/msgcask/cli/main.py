@@ -8,7 +8,6 @@ it closed elsewhere (the lock says who holds it).
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import stat
@@ -18,7 +17,7 @@ import click
 
 import msgcask
 from msgcask.check import ScanReport, scan_files
-from msgcask.cli.bench import bench, demo
+from msgcask.cli.bench import BoundedFloat, bench, demo
 from msgcask.cli.pipeline import pipeline
 from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE
 from msgcask.store.disk_advice import cannot_list
@@ -224,7 +223,7 @@ def why_kept(path: str, file_id: int, max_file_size: int | None) -> None:
 @click.argument("path", type=click.Path(exists=True, file_okay=False))
 @click.option(
     "--threshold",
-    type=click.FloatRange(0, 1, min_open=True),  # lets NaN through: checked below
+    type=BoundedFloat(0, 1, low_open=True),
     default=None,
     help=(
         "Rewrite files whose live fraction is below this (default: 0.5, the default "
@@ -234,8 +233,6 @@ def why_kept(path: str, file_id: int, max_file_size: int | None) -> None:
 @MAX_FILE_SIZE
 def compact(path: str, threshold: float | None, max_file_size: int | None) -> None:
     """Run one compaction pass and report it."""
-    if threshold is not None and math.isnan(threshold):
-        raise click.BadParameter("must be a number in (0, 1], not nan", param_hint="--threshold")
     with _open(path, max_file_size, look_only=False) as store:
         before = store.stats().data_bytes
         report = store.compact(threshold=threshold)
