@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from msgcask.store.recovery import CorruptionReport
 
@@ -47,20 +47,34 @@ class FileStats:
 class CompactionStats:
     """Compaction activity since the store was opened."""
 
-    passes: int = 0
+    passes: int = 0  # passes that ended, with or without anything to do
     files_deleted: int = 0
     files_rewritten: int = 0
     bytes_copied: int = 0
     bytes_reclaimed: int = 0
+    # Passes (background, compact() or space pressure) that ended in an error, and
+    # the latest such error: a background pass only logs it, so here a monitor
+    # sees compaction that keeps failing while disk use grows.
+    failed_passes: int = 0
+    last_failure: str | None = None
 
     def plus(self, done: CompactionReport, passes: int = 0) -> CompactionStats:
         """These totals with what ``done`` did added (and ``passes`` more passes)."""
-        return CompactionStats(
-            self.passes + passes,
-            self.files_deleted + done.files_deleted,
-            self.files_rewritten + done.files_rewritten,
-            self.bytes_copied + done.bytes_copied,
-            self.bytes_reclaimed + done.bytes_reclaimed,
+        return replace(
+            self,
+            passes=self.passes + passes,
+            files_deleted=self.files_deleted + done.files_deleted,
+            files_rewritten=self.files_rewritten + done.files_rewritten,
+            bytes_copied=self.bytes_copied + done.bytes_copied,
+            bytes_reclaimed=self.bytes_reclaimed + done.bytes_reclaimed,
+        )
+
+    def failed(self, done: CompactionReport, error: BaseException) -> CompactionStats:
+        """These totals with a failed pass added: what it did before ``error``."""
+        return replace(
+            self.plus(done),
+            failed_passes=self.failed_passes + 1,
+            last_failure=f"{type(error).__name__}: {error}",
         )
 
 

@@ -231,3 +231,42 @@ def test_a_swap_that_fails_after_the_copy_is_written_counts_the_copy(store_path:
     fs.fail_fsync = False
     with msgcask.open(store_path, compaction_interval=None) as reopened:
         assert contents(reopened) == live
+
+
+def test_a_failed_pass_is_counted_with_its_error_in_stats(store_path: Path) -> None:
+    # A background pass that fails only logs it: stats() is where a monitor sees
+    # that compaction keeps failing while disk use grows.
+    fs = FaultyFileSystem()
+    store = open_store(store_path, fs)
+    live = sparse_store(store)
+    fs.no_space = True
+    with pytest.raises(msgcask.Error) as failure:
+        store.compact(threshold=1.0)
+    totals = store.stats().compaction
+    assert (totals.passes, totals.failed_passes) == (0, 1)
+    assert totals.last_failure == f"Error: {failure.value}"
+    fs.no_space = False
+    assert store.compact(threshold=1.0).files_rewritten > 0
+    totals = store.stats().compaction
+    assert (totals.passes, totals.failed_passes) == (1, 1)  # the failure stays on record
+    assert totals.last_failure == f"Error: {failure.value}"
+    assert contents(store) == live
+    store.close()
+
+
+def test_a_pass_cut_short_by_close_is_not_a_failure(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = msgcask.open(store_path, compaction_interval=None, max_file_size=SMALL_FILE)
+    sparse_store(store)
+
+    def closed_meanwhile(*args: object) -> None:
+        raise msgcask.ClosedError("the store was closed while the pass ran")
+
+    monkeypatch.setattr(store._compactor, "_reclaim_all", closed_meanwhile)
+    with pytest.raises(msgcask.ClosedError):
+        store.compact(threshold=1.0)
+    totals = store.stats().compaction
+    assert (totals.passes, totals.failed_passes, totals.last_failure) == (0, 0, None)
+    monkeypatch.undo()
+    store.close()

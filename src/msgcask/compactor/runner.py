@@ -312,7 +312,10 @@ class Compactor:
             # What the pass did so far is done all the same: the totals count
             # it, and the files a failed deletion removed before it failed.
             done.add_failure(e)
-            self.totals = self.totals.plus(done.report)
+            if isinstance(e, ClosedError) or not isinstance(e, Exception):
+                self.totals = self.totals.plus(done.report)  # cut short by Ctrl-C or close()
+            else:
+                self.totals = self.totals.failed(done.report, e)
             raise
         if idle:
             self._give_back_head_space()
