@@ -376,33 +376,14 @@ def test_an_interrupt_stops_the_run_at_once_and_leaves_no_store_nor_result(
     # threads went on until they had put and taken every message, here about forever.
     # SIGTERM (kill PID, a CI job's timeout) ended the process where it was, leaving
     # the run's store in --workdir.
-    out, work, err = tmp_path / "out", tmp_path / "work", tmp_path / "stderr"
+    out, work = tmp_path / "out", tmp_path / "work"
     work.mkdir()
     args = ["steady", "-n", str(10**9), "--peers", "none", "--no-progress", "--no-reopen"]
-    places = ["--out", str(out), "--workdir", str(work)]
-    with open(err, "wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "msgcask.cli.main", "bench", *args, *places],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            # A child of a shell's background job starts with SIGINT ignored.
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
-    try:
-        # Interrupt mid-workload, once puts have filled a few data files (the files'
-        # names count up; compaction deletes the drained ones).
-        while max((int(p.stem) for p in work.glob("msgcask-bench-*/*/*.log")), default=0) < 5:
-            assert proc.poll() is None, err.read_text()
-            time.sleep(0.05)
-        proc.send_signal(signum)
-        stdout, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    said = f"exit {proc.returncode}\n{stdout}{err.read_text()}"  # for any failure below
-    assert proc.returncode == status, said
+    exited, output = _interrupted(
+        ["bench", *args, "--out", str(out), "--workdir", str(work)], signum, work, tmp_path
+    )
+    said = f"exit {exited}\n{output}"  # for any failure below
+    assert exited == status, said
     assert says in said
     assert "Traceback" not in said
     assert not out.exists(), said  # no result, not even a part of one, nor its directory
@@ -449,24 +430,39 @@ def test_an_interrupted_demo_without_out_leaves_no_temporary_directory(
     temp = tmp_path / "tmp"
     temp.mkdir()
     args = ["demo", "-n", str(10**9), "--peers", "none", "--no-progress"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "msgcask.cli.main", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "TMPDIR": str(temp)},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    status, said = _interrupted(args, signum, temp, tmp_path, {"TMPDIR": str(temp)})
+    assert status in (1, 143), said
+    assert list(temp.iterdir()) == [], said
+
+
+def _interrupted(
+    args: list[str],
+    signum: signal.Signals,
+    stores: Path,
+    tmp_path: Path,
+    env: dict[str, str] | None = None,
+) -> tuple[int, str]:
+    """Run ``msgcask ARGS``, send it ``signum`` mid-workload (once puts have filled a
+    few data files under ``stores``: their names count up, and compaction deletes
+    the drained ones), and return its exit status and output."""
+    output = tmp_path / "output"
+    with open(output, "wb") as out:  # a file, not a pipe: nothing blocks the child
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "msgcask.cli.main", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            # A child of a shell's background job starts with SIGINT ignored.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     try:
-        # Interrupt once the run's store has a few data files.
-        while max((int(p.stem) for p in temp.rglob("*.log")), default=0) < 3:
-            assert proc.poll() is None, proc.communicate()[0]
+        while max((int(p.stem) for p in stores.rglob("*.log")), default=0) < 3:
+            assert proc.poll() is None, output.read_text()
             time.sleep(0.05)
         proc.send_signal(signum)
-        said, _ = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode in (1, 143), said
-    assert list(temp.iterdir()) == [], said
+    return proc.returncode, output.read_text()
