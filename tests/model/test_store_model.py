@@ -4,7 +4,11 @@ The model is a dict per queue of id -> message, with a "delivered" flag and a de
 count. After every step the store must agree with it: per-queue length, browse order
 (priority 9 first, then id), and the store-wide live count. A small ``max_file_size``
 makes the records of one run span many data files, and the ``reopen`` rule checks that
-what was journaled comes back (delivered-unacked messages as redeliveries).
+what was journaled comes back (delivered-unacked messages as redeliveries). The
+``reopen_with_settings`` rule changes what a user may change between opens: the
+limited queue's ``max_deliveries``, and a ``max_store_size`` small enough that puts
+meet space pressure (compaction inside the put) and, once live data fills the
+store, ``StoreFullError``, which must change nothing.
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ from hypothesis.stateful import (
 import msgcask
 
 PLAIN = "plain"
-LIMITED = "limited"  # max_deliveries=2, dead-letters to DLQ.limited
+LIMITED = "limited"  # max_deliveries (2 at first), dead-letters to DLQ.limited
 DLQ = "DLQ.limited"
-MAX_DELIVERIES = 2
+MAX_DELIVERIES = 2  # at first; reopen_with_settings changes it
+STORE_LIMIT = 4 * 64 * 1024  # max_store_size of a limited open: the least it may be
 WRITABLE = (PLAIN, LIMITED)
 ALL_QUEUES = (PLAIN, LIMITED, DLQ)
 
@@ -89,6 +94,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.max_id = 0
         self.handles: dict[int, Any] = {}  # id -> the Message of its latest delivery
         self.saved_index: Path | None = None  # a copy of index/ taken after a clean close
+        self.max_deliveries = MAX_DELIVERIES
+        self.max_store_size: int | None = None
         self.store = self._open()
 
     def _open(self) -> msgcask.Store:
@@ -97,12 +104,18 @@ class StoreMachine(RuleBasedStateMachine):
             max_file_size=64 * 1024,  # the smallest the store accepts
             sync="never",
             compaction_interval=None,
+            max_store_size=self.max_store_size,
         )
         self.qs = {
             PLAIN: store.queue(PLAIN),
-            LIMITED: store.queue(LIMITED, max_deliveries=MAX_DELIVERIES),
+            LIMITED: store.queue(LIMITED, max_deliveries=self.max_deliveries),
         }
         return store
+
+    def _refused(self, error: msgcask.StoreFullError) -> None:
+        # Only a limited store refuses; the invariant checks the refusal changed nothing.
+        assert self.max_store_size is not None, f"refused without max_store_size: {error}"
+        assert f"max_store_size={self.max_store_size}" in str(error)
 
     def _queue(self, name: str) -> Any:
         if name == DLQ:
@@ -124,7 +137,11 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(WRITABLE), body=bodies, priority=priorities, headers=header_sets)
     def put(self, name: str, body: bytes, priority: int, headers: dict[str, str] | None) -> None:
-        mid = self.qs[name].put(body, headers=headers, priority=priority)
+        try:
+            mid = self.qs[name].put(body, headers=headers, priority=priority)
+        except msgcask.StoreFullError as e:
+            self._refused(e)
+            return
         self._new_ids([mid])
         self.model.queues[name][mid] = Msg(mid, body, dict(headers or {}), priority)
 
@@ -137,11 +154,33 @@ class StoreMachine(RuleBasedStateMachine):
     def put_many(
         self, name: str, batch: list[bytes], priority: int, headers: dict[str, str] | None
     ) -> None:
-        ids = self.qs[name].put_many(batch, headers=headers, priority=priority)
+        try:
+            ids = self.qs[name].put_many(batch, headers=headers, priority=priority)
+        except msgcask.StoreFullError as e:
+            self._refused(e)
+            return
         assert len(ids) == len(batch)
         self._new_ids(ids)
         for mid, body in zip(ids, batch, strict=True):
             self.model.queues[name][mid] = Msg(mid, body, dict(headers or {}), priority)
+
+    @precondition(lambda self: self.max_store_size is not None)
+    @rule(name=st.sampled_from(WRITABLE), priority=priorities)
+    def fill_until_full(self, name: str, priority: int) -> None:
+        # Puts of live data into a limited store: space pressure compacts what it
+        # can, and once live data fills the store the next put is refused.
+        assert self.max_store_size is not None
+        body_size = 12_000
+        for n in range(self.max_store_size // body_size + 1):
+            body = bytes([n % 251]) * body_size
+            try:
+                mid = self.qs[name].put(body, priority=priority)
+            except msgcask.StoreFullError as e:
+                self._refused(e)
+                return
+            self._new_ids([mid])
+            self.model.queues[name][mid] = Msg(mid, body, {}, priority)
+        raise AssertionError(f"stored more live bytes than max_store_size={self.max_store_size}")
 
     @rule(name=st.sampled_from(ALL_QUEUES), select=st.sampled_from([None, "x", "y"]))
     def get(self, name: str, select: str | None) -> None:
@@ -185,8 +224,12 @@ class StoreMachine(RuleBasedStateMachine):
     def nack(self, data: st.DataObject) -> None:
         name, mid = data.draw(st.sampled_from(self.model.delivered()))
         m = self.model.queues[name][mid]
-        self._queue(name).nack(mid)
-        if name == LIMITED and m.deliveries >= MAX_DELIVERIES:
+        try:
+            self._queue(name).nack(mid)
+        except msgcask.StoreFullError as e:
+            self._refused(e)  # no room for the dead-letter copy: still delivered
+            return
+        if name == LIMITED and m.deliveries >= self.max_deliveries:
             del self.model.queues[name][mid]
             moved = [
                 d
@@ -228,6 +271,9 @@ class StoreMachine(RuleBasedStateMachine):
         except Rollback:
             assert not commit
             return
+        except msgcask.StoreFullError as e:
+            self._refused(e)
+            return
         self._new_ids(ids)
         for mid, (name, body, priority) in zip(ids, puts, strict=True):
             self.model.queues[name][mid] = Msg(mid, body, {}, priority)
@@ -260,6 +306,17 @@ class StoreMachine(RuleBasedStateMachine):
             for m in msgs.values():
                 m.delivered = False
 
+    @rule(max_deliveries=st.integers(min_value=1, max_value=3), limited=st.booleans())
+    def reopen_with_settings(self, max_deliveries: int, limited: bool) -> None:
+        # Queue settings are not stored: the new max_deliveries applies to messages
+        # delivered before it too. Under a limit, puts may run compaction passes.
+        self.store.close()
+        self.max_deliveries = max_deliveries
+        self.max_store_size = STORE_LIMIT if limited else None
+        if limited:
+            self.saved_index = None  # the puts' passes may delete files it points into
+        self._reopened()
+
     @rule()
     def rebuild_index(self) -> None:
         # Without its index the store replays the data files: same state, same counts.
@@ -267,6 +324,7 @@ class StoreMachine(RuleBasedStateMachine):
         shutil.rmtree(self.path / "index")
         self._reopened()
 
+    @precondition(lambda self: self.max_store_size is None)  # puts may compact otherwise
     @rule()
     def save_index(self) -> None:
         self.store.close()
