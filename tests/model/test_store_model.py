@@ -247,14 +247,24 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(
         data=st.data(),
-        puts=st.lists(st.tuples(st.sampled_from(WRITABLE), bodies, priorities), max_size=4),
+        puts=st.lists(
+            st.tuples(st.sampled_from(WRITABLE), bodies, priorities, header_sets), max_size=4
+        ),
         commit=st.booleans(),
+        by_id=st.booleans(),
+        stray_ack=st.booleans(),
     )
     def transaction(
-        self, data: st.DataObject, puts: list[tuple[str, bytes, int]], commit: bool
+        self,
+        data: st.DataObject,
+        puts: list[tuple[str, bytes, int, dict[str, str] | None]],
+        commit: bool,
+        by_id: bool,
+        stray_ack: bool,
     ) -> None:
         delivered = self.model.delivered()
         acks = data.draw(st.lists(st.sampled_from(delivered), unique=True)) if delivered else []
+        available = [m.id for name in WRITABLE for m in self.model.order(name, available_only=True)]
         ids: list[int] = []
 
         class Rollback(Exception):
@@ -262,10 +272,18 @@ class StoreMachine(RuleBasedStateMachine):
 
         try:
             with self.store.transaction() as tx:
-                for name, body, priority in puts:
-                    ids.append(tx.put(name, body, priority=priority))
+                for name, body, priority, headers in puts:
+                    ids.append(tx.put(name, body, headers, priority))
                 for _, mid in acks:
-                    tx.ack(mid)
+                    tx.ack(mid if by_id else self.handles[mid])
+                if stray_ack and available:
+                    # A message nobody got: refused at the call, the rest kept.
+                    try:
+                        tx.ack(available[0])
+                    except ValueError:
+                        pass
+                    else:
+                        raise AssertionError(f"tx.ack({available[0]}) of an undelivered message")
                 if not commit:
                     raise Rollback
         except Rollback:
@@ -275,8 +293,8 @@ class StoreMachine(RuleBasedStateMachine):
             self._refused(e)
             return
         self._new_ids(ids)
-        for mid, (name, body, priority) in zip(ids, puts, strict=True):
-            self.model.queues[name][mid] = Msg(mid, body, {}, priority)
+        for mid, (name, body, priority, headers) in zip(ids, puts, strict=True):
+            self.model.queues[name][mid] = Msg(mid, body, dict(headers or {}), priority)
         for name, mid in acks:
             del self.model.queues[name][mid]
 
