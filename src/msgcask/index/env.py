@@ -22,6 +22,7 @@ import lmdb
 
 from msgcask.errors import FormatVersionError
 from msgcask.index import keys
+from msgcask.store.fs import crash_point
 
 INDEX_FORMAT_VERSION = 2
 MAP_SIZE = 2**40  # address space only; the file grows with the pages in use
@@ -130,6 +131,7 @@ class IndexEnv:
                 self.env.copy(spare, compact=True)
             except (OSError, lmdb.DiskError) as e:  # DiskError: ENOSPC
                 raise ShrinkFailed(f"cannot copy the index: {e}") from e
+            crash_point("index.before_shrink_swap")
             self.env.close()
             try:
                 os.replace(os.path.join(spare, "data.mdb"), os.path.join(self.path, "data.mdb"))
@@ -141,6 +143,7 @@ class IndexEnv:
                         os.fsync(fd)
                     finally:
                         os.close(fd)
+                crash_point("index.after_shrink_swap")
             except OSError as e:
                 raise ShrinkFailed(f"cannot put the index copy in place: {e}") from e
             finally:
