@@ -9,19 +9,28 @@ per message, whether its PUT and its ACK are durable, from the sync mode's promi
 * a message whose ACK is durable, or that a cut already lost, must never come back;
 * nothing survives that was never put.
 
-Runs are derandomized (fixed seed, no example database), so they are reproducible.
+Runs are derandomized (fixed seed, no example database), so they are reproducible;
+``--big`` or ``MSGCASK_TEST_SCALE`` makes them more and longer.
 """
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from faulty_fs import FaultyFileSystem, abandon
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 import msgcask
 
@@ -230,21 +239,18 @@ class PowerCutMachine(RuleBasedStateMachine):
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-class AlwaysMachine(PowerCutMachine):
-    mode = "always"
-
-
-class PeriodicMachine(PowerCutMachine):
-    mode = "periodic"
-
-
-class NeverMachine(PowerCutMachine):
-    mode = "never"
-
-
-TestPowerCutsWithSyncAlways = AlwaysMachine.TestCase
-TestPowerCutsWithSyncAlways.settings = SETTINGS
-TestPowerCutsWithSyncPeriodic = PeriodicMachine.TestCase
-TestPowerCutsWithSyncPeriodic.settings = SETTINGS
-TestPowerCutsWithSyncNever = NeverMachine.TestCase
-TestPowerCutsWithSyncNever.settings = SETTINGS
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["always", "periodic", "never"])
+def test_power_cuts_keep_what_the_sync_mode_promises(mode: str, scale: float) -> None:
+    # More runs, and longer ones, with the scale (--big: about ten times the work),
+    # from the same fixed seed.
+    root = math.sqrt(scale)
+    machine = type(f"PowerCutMachine_{mode}", (PowerCutMachine,), {"mode": mode})
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            SETTINGS,
+            max_examples=max(1, round(40 * root)),
+            stateful_step_count=max(5, round(50 * root)),
+        ),
+    )
