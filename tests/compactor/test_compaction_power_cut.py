@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -103,11 +104,18 @@ def _check_image(image: Path, puts: set[int], acks: set[int]) -> None:
         assert store.verify() == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trigger", ["compact_calls", "space_pressure"])
 def test_power_cut_during_compaction_loses_and_resurrects_nothing(
-    tmp_path: Path, trigger: str
+    tmp_path: Path, trigger: str, scaled: Callable[[int], int]
 ) -> None:
-    rnd = random.Random(1)
+    # Bigger runs are more runs of the same length, each with a seed of its own: a
+    # longer one would fill the capped store with dead letters nobody consumes.
+    for seed in range(1, scaled(1) + 1):
+        _power_cuts_during_compaction(tmp_path / f"seed{seed}", trigger, random.Random(seed))
+
+
+def _power_cuts_during_compaction(tmp_path: Path, trigger: str, rnd: random.Random) -> None:
     fs = TrackingFS()
     path = tmp_path / "store"
     pressure = trigger == "space_pressure"
