@@ -121,14 +121,16 @@ def test_the_audit_of_a_store_deleting_files_meanwhile_completes_and_says_so(
 
         churning = threading.Thread(target=churn)
         churning.start()
+        attempts: list[dict[str, Any]] = []  # each audit's totals, said by any failure below
         try:
             for _ in range(5):  # each audit is likely to meet a deletion; one must
                 result = CliRunner().invoke(
                     main,
                     ["pipeline", "audit", str(store_dir), "--json", str(report), "--rows", "0"],
                 )
-                assert result.exit_code == 0, result.output
+                assert result.exit_code == 0, f"{attempts}\n{result.output}"
                 totals = json.loads(report.read_text())["totals"]
+                attempts.append(totals)
                 if totals["deleted_files"]:
                     break
         finally:
@@ -136,10 +138,10 @@ def test_the_audit_of_a_store_deleting_files_meanwhile_completes_and_says_so(
             churning.join()
         files = json.loads(report.read_text())["files"]
         deleted = [f for f in files if f["deleted"]]
-        assert len(deleted) == totals["deleted_files"] > 0
-        assert all(f["size"] == f["records"] == f["live_messages"] == 0 for f in deleted)
-        assert totals["data_files"] == len(files) - len(deleted) > 0
-        assert totals["live_messages"] >= len(kept)
+        assert len(deleted) == totals["deleted_files"] > 0, attempts
+        assert all(f["size"] == f["records"] == f["live_messages"] == 0 for f in deleted), deleted
+        assert totals["data_files"] == len(files) - len(deleted) > 0, attempts
+        assert totals["live_messages"] >= len(kept), attempts
         assert f"note: the store deleted {len(deleted)} data files after they were" in result.output
         assert (len(kept), len(q)) == (50, 600)
         verify(store)
