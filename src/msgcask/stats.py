@@ -47,7 +47,7 @@ class FileStats:
 class CompactionStats:
     """Compaction activity since the store was opened."""
 
-    passes: int = 0  # passes that ended, with or without anything to do
+    passes: int = 0  # passes that ended without an error (whether or not they did anything)
     files_deleted: int = 0
     files_rewritten: int = 0
     bytes_copied: int = 0
