@@ -41,8 +41,8 @@ class Transaction:
             )
         self._store = store
         self._puts: list[_PendingPut] = []
-        self._acks: list[int] = []
-        self._acked: set[int] = set()  # the same ids, to refuse a second ack at once
+        # The ids acked, in order (a dict: a second ack of one is refused at once).
+        self._acks: dict[int, None] = {}
         # The acks given as Messages: the commit checks each is still the latest
         # delivery (a nack and a new delivery may come between ack and commit).
         self._delivered: list[Message] = []
@@ -92,10 +92,9 @@ class Transaction:
             held = store._inflight.get(msg_id)
             if isinstance(message, Message):
                 store._check_delivery(message, held)
-            if held is None or msg_id in self._acked:
+            if held is None or msg_id in self._acks:
                 raise ValueError(not_ackable(msg_id))
-        self._acks.append(msg_id)
-        self._acked.add(msg_id)
+        self._acks[msg_id] = None
         if isinstance(message, Message):
             self._delivered.append(message)
 
@@ -110,7 +109,7 @@ class Transaction:
             journal = self._store._journal
             before = journal.bytes_written
             try:
-                self.ids = self._store._write_batch(self._puts, self._acks, self._delivered)
+                self.ids = self._store._write_batch(self._puts, list(self._acks), self._delivered)
             except BaseException as e:
                 self._maybe_written = journal.bytes_written != before
                 if not isinstance(e, lmdb.Error):
@@ -124,7 +123,6 @@ class Transaction:
         self._done = True
         self._puts.clear()
         self._acks.clear()
-        self._acked.clear()
         self._delivered.clear()
 
     def _check_usable(self) -> None:
