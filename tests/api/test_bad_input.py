@@ -955,6 +955,26 @@ def test_path_of_wrong_type_is_refused(tmp_path: Path, path: object) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_directory_whose_name_is_not_utf8_is_a_store_like_any_other(tmp_path: Path) -> None:
+    # Python gives such a name (bytes 0xe9: Latin-1) lone surrogates; the OS takes it.
+    path = tmp_path / os.fsdecode(b"caf\xe9")
+    with msgcask.open(path, compaction_interval=None) as store:
+        q = store.queue("q")
+        for _ in range(2000):  # an index file mostly free pages: the pass shrinks it
+            q.put(b"x" * 100)
+        store.sync()
+        for _ in range(1990):
+            q.ack(q.get(block=False))
+        store.sync()
+        index_bytes = store.stats().index_bytes
+        store.compact()
+        assert store.stats().index_bytes < index_bytes
+    assert os.listdir(os.fsencode(tmp_path)) == [b"caf\xe9"]
+    with msgcask.open(path, compaction_interval=None) as store:
+        assert store.recovery.mode == "clean"
+        assert len(store.queue("q")) == 10
+
+
 SELECTOR_CALLS: dict[str, Callable[[msgcask.Store, msgcask.Queue, msgcask.Message], object]] = {
     "queue": lambda s, q, m: s.queue("new"),
     "sync": lambda s, q, m: s.sync(),

@@ -69,7 +69,10 @@ class IndexEnv:
         readonly = self.readonly
         try:
             self.env = lmdb.open(
-                self.path,
+                # As bytes: py-lmdb encodes a str path to UTF-8, which fails for a
+                # directory whose name is not UTF-8 (os.fsdecode gives such a name
+                # lone surrogates); the OS takes the name's own bytes.
+                os.fsencode(self.path),
                 map_size=MAP_SIZE,
                 max_dbs=len(_TABLES),
                 lock=False,
@@ -128,7 +131,7 @@ class IndexEnv:
         try:
             try:
                 os.makedirs(spare)
-                self.env.copy(spare, compact=True)
+                self.env.copy(os.fsencode(spare), compact=True)  # type: ignore[arg-type]  # takes bytes too
             except (OSError, lmdb.DiskError) as e:  # DiskError: ENOSPC
                 raise ShrinkFailed(f"cannot copy the index: {e}") from e
             crash_point("index.before_shrink_swap")
