@@ -290,7 +290,7 @@ class Store:
     ):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-        self.options = Options(
+        self._options = Options(
             max_file_size=max_file_size,
             sync=sync,
             sync_interval=sync_interval,
@@ -301,7 +301,7 @@ class Store:
             keep_data_files=keep_data_files,
             background_cpus=background_cpus,  # type: ignore[arg-type]  # normalized by Options
         )
-        self._sync_always = self.options.sync == "always"
+        self._sync_always = self._options.sync == "always"
         fspath = os.fspath(path)
         if not isinstance(fspath, str):
             raise TypeError(
@@ -314,7 +314,7 @@ class Store:
                 f"path {fspath!r} holds a NUL character, which no file name can: "
                 "pass the store's directory"
             )
-        self.path = fspath
+        self._path = fspath
         self._fs = _fs or FileSystem()
         # Where data files' creation times (and so their ages, which compaction
         # weighs) come from; a replay passes a clock counted in records.
@@ -327,9 +327,9 @@ class Store:
         self._queue_settings: dict[str, tuple[int | None, str | None]] = {}
         self._committed_position: Position | None = None  # journal position of the last commit
         try:
-            _check_store_path(self.path)
-            os.makedirs(self.path, exist_ok=True)
-            self._lock_file = StoreLock(os.path.join(self.path, LOCK_FILE))
+            _check_store_path(self._path)
+            os.makedirs(self._path, exist_ok=True)
+            self._lock_file = StoreLock(os.path.join(self._path, LOCK_FILE))
         except OSError as e:
             advice = (
                 "Check the path: every part but the last must be a directory"
@@ -337,18 +337,18 @@ class Store:
                 else remedy(e)
             )
             raise Error(
-                f"cannot use {self.path} as a store directory: {e.strerror}. {advice}."
+                f"cannot use {self._path} as a store directory: {e.strerror}. {advice}."
             ) from e
         try:
             self._open()
         except OSError as e:
             self._lock_file.release(remove_if_created=True)
-            raise Error(f"cannot open the store at {self.path}: {e}. {remedy(e)}.") from e
+            raise Error(f"cannot open the store at {self._path}: {e}. {remedy(e)}.") from e
         except lmdb.Error as e:
             self._lock_file.release(remove_if_created=True)
             raise IndexFailedError(
-                f"cannot write the index of {self.path} while opening it "
-                f"({e}){free_space_note(self.path)}; nothing was lost, the data files are "
+                f"cannot write the index of {self._path} while opening it "
+                f"({e}){free_space_note(self._path)}; nothing was lost, the data files are "
                 "intact. Free disk space (or check the disk) and open it again."
             ) from e
         except BaseException:
@@ -365,9 +365,9 @@ class Store:
     # -- opening and closing -------------------------------------------------------
 
     def _open(self) -> None:
-        files: OpenedFiles = open_data_files(self._fs, self.path)
+        files: OpenedFiles = open_data_files(self._fs, self._path)
         try:
-            recovery = Recovery(self._fs, self.path, files, self._clock)
+            recovery = Recovery(self._fs, self._path, files, self._clock)
             env, catalog = recovery.run()
         except BaseException:
             for handle in files.handles.values():
@@ -384,7 +384,7 @@ class Store:
                 # A new store's index holds nothing yet, and a failed open leaves the
                 # directory as it found it; a half-written rebuild is worth nothing
                 # (the next open starts it again) and may be what fills the disk.
-                remove_index(os.path.join(self.path, INDEX_DIR))
+                remove_index(os.path.join(self._path, INDEX_DIR))
             for file_id, handle in files.handles.items():  # the journal adds its files here
                 handle.close()
                 if file_id not in found:
@@ -450,11 +450,11 @@ class Store:
             self._create_journal_file(head_id)
         self._journal = Journal(
             self._fs,
-            self.path,
+            self._path,
             head_id,
             self._handles[head_id],
-            max_file_size=self.options.max_file_size,
-            fsync_enabled=self.options.sync != "never",
+            max_file_size=self._options.max_file_size,
+            fsync_enabled=self._options.sync != "never",
             new_file_id=self._allocate_file_id,
             id_floor=lambda: self._next_id,
             on_new_file=self._register_journal_file,
@@ -463,8 +463,8 @@ class Store:
             # store's puts take the checked path and plain writes.
             map_chunk=(
                 0
-                if self.options.max_store_size is not None
-                else min(_MAP_CHUNK, self.options.max_file_size)
+                if self._options.max_store_size is not None
+                else min(_MAP_CHUNK, self._options.max_file_size)
             ),
             may_allocate=self._leaves_index_reserve,
         )
@@ -481,7 +481,7 @@ class Store:
         self._env.sync()
 
     def _create_journal_file(self, file_id: int) -> None:
-        path = os.path.join(self.path, data_file_name(file_id))
+        path = os.path.join(self._path, data_file_name(file_id))
         with self._fs.unpublished(path) as handle:
             handle.append(codec.encode_file_header(fmt.KIND_JOURNAL, file_id, self._next_id))
             self._fs.publish(handle, path)
@@ -548,7 +548,7 @@ class Store:
                     left_open = self._release_for_close()
                 if left_open is not None:
                     raise Error(
-                        f"closing a data file of {self.path} failed ({left_open.strerror}); "
+                        f"closing a data file of {self._path} failed ({left_open.strerror}); "
                         "the store is closed and what close synced is on disk, but check the "
                         "disk (or network file system) before reopening it"
                     ) from left_open
@@ -583,7 +583,7 @@ class Store:
                 queue.cond.notify_all()
             self._env.close()
             if self._index_failure is not None:
-                remove_index(os.path.join(self.path, INDEX_DIR))
+                remove_index(os.path.join(self._path, INDEX_DIR))
             with contextlib.suppress(OSError):  # else the next open trims it
                 self._journal.head.trim()
             for handle in self._handles.values():
@@ -603,9 +603,22 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # Read-only: data files are created and deleted under the path, and sized by
+    # the options, of the open; another path would make compaction delete files
+    # in that directory (another store's), other options would not match the files.
+    @property
+    def path(self) -> str:
+        """The store's directory, as given to ``msgcask.open``."""
+        return self._path
+
+    @property
+    def options(self) -> Options:
+        """The settings the store was opened with (see docs/tuning.md)."""
+        return self._options
+
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<msgcask.Store {self.path!r} {state}>"
+        return f"<msgcask.Store {self._path!r} {state}>"
 
     def _index_failed(self, error: BaseException) -> IndexFailedError:
         """The msgcask error for an LMDB failure at run time (raise it ``from`` it).
@@ -618,7 +631,7 @@ class Store:
         from the data files."""
         if self._index_failure is None:
             self._index_failure = error
-            log.error("msgcask: index failure in %s: %s", self.path, _describe(error))
+            log.error("msgcask: index failure in %s: %s", self._path, _describe(error))
             self._wake_every_waiter()
         return self._index_refusal()
 
@@ -634,7 +647,7 @@ class Store:
     def _index_refusal(self) -> IndexFailedError:
         reason = _describe(self._index_failure)
         return IndexFailedError(
-            f"the index of {self.path} failed ({reason}){free_space_note(self.path)}; the store "
+            f"the index of {self._path} failed ({reason}){free_space_note(self._path)}; the store "
             "refuses further calls and the data files are intact. Close the store and open it "
             "again: the index is rebuilt from them."
         )
@@ -649,12 +662,12 @@ class Store:
         if self._closed:
             if self._forked_from is not None:
                 raise ClosedError(
-                    f"the store at {self.path} was opened by process {self._forked_from}, "
+                    f"the store at {self._path} was opened by process {self._forked_from}, "
                     f"which this process ({os.getpid()}) was forked from: its lock, index and "
                     "files belong to that process. Open the store here instead, after that "
                     "process closes it (or open it only after forking)"
                 )
-            raise ClosedError(f"the store at {self.path} is closed; open it again to use it")
+            raise ClosedError(f"the store at {self._path} is closed; open it again to use it")
         if self._index_failure is not None:
             raise self._index_refusal()
 
@@ -678,9 +691,9 @@ class Store:
     # -- background flushing -------------------------------------------------------
 
     def _flush_loop(self) -> None:
-        run_this_thread_on(self.options.background_cpus, "the background flush")
-        next_sync = time.monotonic() + self.options.sync_interval
-        compacting = self.options.compaction_interval is not None
+        run_this_thread_on(self._options.background_cpus, "the background flush")
+        next_sync = time.monotonic() + self._options.sync_interval
+        compacting = self._options.compaction_interval is not None
         watched = self._journal.bytes_written
         watch = _IDLE_WATCH_EVERY if compacting else float("inf")  # nothing to watch for
         while not self._stop.wait(min(max(next_sync - time.monotonic(), 0.0), watch)):
@@ -690,16 +703,16 @@ class Store:
                 # passes, which sync and commit before they delete) can only fail too.
                 log.error(
                     "msgcask: background work in %s stops: %s; close the store and reopen it",
-                    self.path,
+                    self._path,
                     failed,
                 )
                 self._scheduler.halt()
                 return
             try:
                 if time.monotonic() >= next_sync:
-                    next_sync = time.monotonic() + self.options.sync_interval
+                    next_sync = time.monotonic() + self._options.sync_interval
                     self.sync()
-                    if self._acct.emptied and not self.options.keep_data_files:
+                    if self._acct.emptied and not self._options.keep_data_files:
                         self._compactor.reclaim_emptied()
                     if compacting and not self._scheduler.paused:
                         self._compactor.shrink_index_between_passes()
@@ -876,7 +889,7 @@ class Store:
         """Bytes this process may still write on the store's file system (None
         if it cannot tell)."""
         try:
-            st = os.statvfs(self.path)
+            st = os.statvfs(self._path)
         except OSError:
             return None
         if not st.f_blocks:  # a file system that reports no sizes (some FUSE ones)
@@ -901,7 +914,7 @@ class Store:
         failure = self._journal.sync_failure
         if failure is not None:
             raise Error(
-                f"the store at {self.path} refuses writes: an earlier fsync of the journal "
+                f"the store at {self._path} refuses writes: an earlier fsync of the journal "
                 f"failed ({failure.strerror}). Close it, check the disk, and reopen."
             )
         if self._index_failure is not None:
@@ -926,7 +939,7 @@ class Store:
 
     def _sync_journal_to(self, pos: Position) -> None:
         """fsync the journal up to ``pos`` (unless sync="never"); call without the lock."""
-        if self.options.sync == "never":
+        if self._options.sync == "never":
             return
         try:
             self._journal.sync_to(pos)
@@ -936,7 +949,7 @@ class Store:
             # refuses further writes until it is reopened (_append_locked).
             self._wake_every_waiter()
             raise Error(
-                f"fsync of the journal in {self.path} failed ({e.strerror}): what was written "
+                f"fsync of the journal in {self._path} failed ({e.strerror}): what was written "
                 "may not be durable, and the store refuses further writes. Close it, check "
                 "the disk, and reopen: recovery keeps what reached the disk."
             ) from e
@@ -949,7 +962,7 @@ class Store:
             return msg_id
 
     def _check_record_size(self, size: int) -> None:
-        limit = self.options.max_file_size - fmt.FILE_HEADER_SIZE
+        limit = self._options.max_file_size - fmt.FILE_HEADER_SIZE
         if size > limit:
             raise MessageTooLargeError(
                 f"a record of {size} bytes does not fit in a data file ({limit} bytes after "
@@ -960,17 +973,17 @@ class Store:
         """Space pressure (call without the lock): if ``size`` more bytes would
         bring the data files near ``max_store_size``, compact first, aiming to
         leave one data file of headroom for the compaction's own copy."""
-        limit = self.options.max_store_size
+        limit = self._options.max_store_size
         if limit is None:
             return
-        if self._data_bytes + self._copy_bytes + size + self.options.max_file_size > limit:
+        if self._data_bytes + self._copy_bytes + size + self._options.max_file_size > limit:
             self._check_open()  # closed (or disowned after a fork): do not wait for a pass
             self._compactor.make_room(size, limit)
 
     def _fits(self, size: int) -> bool:
         """Whether ``size`` more bytes fit under ``max_store_size`` (with the
         header of a new data file they may need)."""
-        limit = self.options.max_store_size
+        limit = self._options.max_store_size
         taken = self._data_bytes + self._copy_bytes
         return limit is None or taken + size + fmt.FILE_HEADER_SIZE <= limit
 
@@ -985,7 +998,7 @@ class Store:
             # Refused now, the put would be refused for dead bytes the pass is
             # about to free, whether or not it would fit beside the copy.
             raise _CopyUnderWay
-        limit = self.options.max_store_size
+        limit = self._options.max_store_size
         live = sum(a.live_bytes for a in self._acct.files.values())
         raise StoreFullError(
             f"cannot store {size} more bytes: the data files take {self._data_bytes} bytes of "
@@ -1128,7 +1141,7 @@ class Store:
         # Each append fits in a data file after its header, like any record or batch.
         ack_size = fmt.RECORD_HEADER_SIZE + fmt.ACK_PAYLOAD.size
         per_append = min(
-            _PURGE_CHUNK, (self.options.max_file_size - fmt.FILE_HEADER_SIZE) // ack_size
+            _PURGE_CHUNK, (self._options.max_file_size - fmt.FILE_HEADER_SIZE) // ack_size
         )
         while True:
             chunk = []
@@ -1152,7 +1165,7 @@ class Store:
     # -- queue operations (called by Queue) ------------------------------------------
 
     def _put(self, name: str, body: bytes, headers: dict[str, str] | None, priority: int) -> int:
-        if self.options.max_store_size is None:  # no room to wait or retry for
+        if self._options.max_store_size is None:  # no room to wait or retry for
             return self._put_once(name, body, headers, priority)
         return self._making_room(
             lambda: self._put_once(name, body, headers, priority),
@@ -1187,7 +1200,7 @@ class Store:
         hbytes = codec.encode_headers(headers)
         size = codec.put_record_size(name.encode(), hbytes, len(body))
         self._check_record_size(size)
-        limited = self.options.max_store_size is not None
+        limited = self._options.max_store_size is not None
         if limited:
             self._ensure_room(size)
         else:
@@ -1293,7 +1306,7 @@ class Store:
         """Write puts and acks as one all-or-nothing batch; return the new ids.
         ``delivered``: the Messages among the acks (a transaction's), checked
         again here since each may have been delivered again after its ``ack``."""
-        if self.options.max_store_size is None:  # no room to wait or retry for
+        if self._options.max_store_size is None:  # no room to wait or retry for
             return self._write_batch_once(puts, acks, delivered)
         delivered = list(delivered)  # looked at again if the batch is tried again
         return self._making_room(
@@ -1314,7 +1327,7 @@ class Store:
             self._ensure_room(size)
             if not self._leaves_index_reserve(size):  # a syscall: not under the locks
                 raise Error(
-                    f"cannot write to {self.path}: no room for this batch beside the space "
+                    f"cannot write to {self._path}: no room for this batch beside the space "
                     "kept for the index. Free disk space, then retry; nothing of this call "
                     "was stored."
                 )
@@ -1541,7 +1554,7 @@ class Store:
         if type(message) is not self._message_type and type(message) is not Message:
             raise ValueError(
                 f"message {message.id} was delivered by another store, or by an earlier "
-                f"open of {self.path}: ack or nack it through the store that delivered it"
+                f"open of {self._path}: ack or nack it through the store that delivered it"
             )
         if held is None:
             return
@@ -1736,7 +1749,7 @@ class Store:
                 for a in sorted(self._acct.files.values(), key=lambda a: a.file_id)
             ]
             data_bytes = sum(f.size for f in files)
-            index_bytes = _dir_bytes(os.path.join(self.path, INDEX_DIR))
+            index_bytes = _dir_bytes(os.path.join(self._path, INDEX_DIR))
             return StoreStats(
                 disk_bytes=data_bytes + index_bytes,
                 data_bytes=data_bytes,
@@ -1765,9 +1778,9 @@ class Store:
         if threshold is not None:
             check_threshold("threshold", threshold)
         self._check_open()
-        if self.options.keep_data_files:
+        if self._options.keep_data_files:
             raise Error(
-                f"{self.path} was opened with keep_data_files=True, which keeps every data "
+                f"{self._path} was opened with keep_data_files=True, which keeps every data "
                 "file: nothing is compacted. Reopen it without that option to compact it."
             )
         return self._compactor.run(threshold=threshold)
@@ -1821,7 +1834,7 @@ class Store:
             except OSError as e:  # a bad sector: say which file, not a bare OSError
                 raise CorruptionError(
                     f"{handle.path}: cannot be read ({e.strerror or e}), so what keeps it "
-                    f"cannot be told. Check the disk; `msgcask check {self.path}` lists "
+                    f"cannot be told. Check the disk; `msgcask check {self._path}` lists "
                     "every file it cannot read",
                     path=handle.path,
                 ) from e

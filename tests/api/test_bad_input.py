@@ -1107,6 +1107,29 @@ def test_a_queue_handle_keeps_its_name(store: msgcask.Store) -> None:
     assert q.name == "orders" and store.queues() == ["orders"]
 
 
+@pytest.mark.parametrize("attribute", ["path", "options"])
+def test_a_store_keeps_its_path_and_options(tmp_path: Path, attribute: str) -> None:
+    # Compaction creates and deletes data files under the store's path: another
+    # one would have it delete that directory's files, as if they were its own.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "0000000001.log").write_bytes(b"another store's data")
+    replacement = {"path": str(other), "options": Options(max_file_size=2**31)}[attribute]
+    with msgcask.open(tmp_path / "store", max_file_size=SMALL_FILE) as store:
+        q = store.queue("q")
+        for _ in range(200):
+            q.put(b"x" * 1000)
+        for _ in range(200):
+            q.ack(q.get(block=False))
+        with pytest.raises(AttributeError):
+            setattr(store, attribute, replacement)
+        assert store.path == str(tmp_path / "store")
+        assert store.options.max_file_size == SMALL_FILE
+        assert store.compact().files_deleted > 0
+        assert store.verify() == []
+    assert (other / "0000000001.log").read_bytes() == b"another store's data"
+
+
 def test_a_browsed_message_cannot_be_acked_by_another_store(tmp_path: Path) -> None:
     with msgcask.open(tmp_path / "a") as a, msgcask.open(tmp_path / "b") as b:
         qa, qb = a.queue("jobs"), b.queue("jobs")
