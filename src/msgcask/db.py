@@ -85,6 +85,7 @@ from msgcask.store.recovery import (
     open_data_files,
 )
 from msgcask.store.writer import Journal, Position
+from msgcask.uncopyable import Uncopyable
 
 log = logging.getLogger("msgcask")
 
@@ -269,8 +270,13 @@ def _check_store_path(path: str) -> None:
             )
 
 
-class Store:
+class Store(Uncopyable):
     """An open msgcask store. See ``msgcask.open`` for the parameters."""
+
+    _why_uncopyable = (
+        "it holds the store's open files, index and lock. Share this one (it is "
+        "thread-safe), or open the store with msgcask.open(path) in the other process"
+    )
 
     def __init__(
         self,

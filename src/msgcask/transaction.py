@@ -8,6 +8,7 @@ import lmdb
 
 from msgcask import validate
 from msgcask.message import Message, delivered_id
+from msgcask.uncopyable import Uncopyable
 
 if TYPE_CHECKING:
     from msgcask.db import Store, _PendingPut
@@ -21,7 +22,7 @@ def not_ackable(msg_id: int) -> str:
     )
 
 
-class Transaction:
+class Transaction(Uncopyable):
     """Collects puts and acks; writes them as one batch when the block ends.
 
     If the block raises, nothing is written and the exception propagates.
@@ -30,6 +31,11 @@ class Transaction:
     its queue (priority, then id): it is queued as of the ``put`` call, ahead of
     messages put elsewhere between that call and the commit.
     """
+
+    _why_uncopyable = (
+        "a copy would write the same puts, ids and all, a second time. Make another "
+        "with store.transaction()"
+    )
 
     def __init__(self, store: Store):
         from msgcask.db import Store

@@ -7,6 +7,7 @@ that raises *after* writing something is caught as well as one that does not rai
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import re
@@ -1158,6 +1159,39 @@ def test_a_delivered_message_pickles_and_copies_as_a_plain_message(store: msgcas
     assert repr(copied) == repr(m)
     q.ack(copied)  # a copy's origin is not known: taken at its word
     assert len(q) == 0
+
+
+COPIES: dict[str, Callable[[object], object]] = {
+    "copy": copy.copy,
+    "deepcopy": copy.deepcopy,
+    "pickle": pickle.dumps,
+}
+
+
+@pytest.mark.parametrize("how", COPIES.values(), ids=COPIES.keys())
+@pytest.mark.parametrize("what", ["store", "queue", "transaction"])
+def test_a_store_or_transaction_cannot_be_copied(
+    seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot, what: str, how: Any
+) -> None:
+    # A copy would share the open files and index (closing it closes them under
+    # the store), or a transaction's puts (committing both writes them twice).
+    # A queue handle's shallow copy is another handle of the same queue.
+    store, q = seeded
+    tx = store.transaction()
+    tx.put("orders", b"once")
+    before = snapshot(store, store_path)
+    original = {"store": store, "queue": q, "transaction": tx}[what]
+    if what == "queue" and how is copy.copy:
+        assert copy.copy(q).put(b"through the copy") > 0
+        return
+    owner = "Transaction" if what == "transaction" else "Store"
+    says = f"a msgcask {owner} cannot be copied or pickled: .*\\. (Share|Make) "  # what to do
+    with pytest.raises(TypeError, match=says):
+        how(original)
+    assert snapshot(store, store_path) == before
+    tx.commit()
+    assert [m.body for m in q.browse()].count(b"once") == 1
+    assert store.verify() == []
 
 
 class _BytesPath:
