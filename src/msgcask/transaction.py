@@ -53,6 +53,7 @@ class Transaction(Uncopyable):
         # delivery (a nack and a new delivery may come between ack and commit).
         self._delivered: list[Message] = []
         self._done = False
+        self._committed = False  # written: too late for a rollback
         self._failed: BaseException | None = None  # what the commit raised
         self._maybe_written = False  # the journal grew while the failed commit ran
         self.ids: list[int] = []
@@ -123,9 +124,17 @@ class Transaction(Uncopyable):
                     raise
                 self._failed = self._store._index_failed(e)
                 raise self._failed from e
+        self._committed = True
         return self.ids
 
     def rollback(self) -> None:
+        """Drop the puts and acks added. Refused (ValueError) once the commit has
+        written them; after a failed commit or a rollback, it does nothing."""
+        if self._committed:
+            raise ValueError(
+                "this transaction is committed: its puts and acks are written, and a commit "
+                "cannot be rolled back; call rollback() in place of commit(), not after it"
+            )
         self._done = True
         self._puts.clear()
         self._acks.clear()
@@ -150,8 +159,8 @@ class Transaction(Uncopyable):
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            if not self._done:
+        if not self._done:  # a block may commit (or roll back) by itself
+            if exc_type is None:
                 self.commit()
-        else:
-            self.rollback()
+            else:
+                self.rollback()

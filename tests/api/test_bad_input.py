@@ -815,6 +815,38 @@ class TestAckNack:
         q.ack(m)
 
 
+def test_a_committed_transaction_refuses_a_rollback(
+    seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot
+) -> None:
+    # A rollback that returned quietly would let the caller believe the puts undone.
+    store, q = seeded
+    tx = store.transaction()
+    tx.put("orders", b"committed")
+    tx.commit()
+    before = snapshot(store, store_path)
+    with pytest.raises(ValueError, match=r"committed: .* cannot be rolled back"):
+        tx.rollback()
+    assert snapshot(store, store_path) == before
+    # A block that commits by itself, then raises, ends with its own exception.
+    with pytest.raises(KeyError, match="after the commit"), store.transaction() as block:
+        block.put("orders", b"committed in the block")
+        block.commit()
+        raise KeyError("after the commit")
+    bodies = [m.body for m in q.browse()]
+    assert b"committed" in bodies and b"committed in the block" in bodies
+    # Clean-up code may roll back a transaction whose commit failed, or twice.
+    failed = store.transaction()
+    failed.put("orders", b"never")
+    delivered = q.get(block=False)
+    failed.ack(delivered)
+    q.ack(delivered)
+    with pytest.raises(ValueError, match="not delivered"):
+        failed.commit()
+    failed.rollback()
+    failed.rollback()
+    assert b"never" not in [m.body for m in q.browse()]
+
+
 def _compact(store: msgcask.Store) -> object:
     return store.compact()
 
