@@ -1572,11 +1572,7 @@ class Store(Uncopyable):
                 "pass the Message get() returned, or its id"
             )
         if held[1] != deliveries:
-            raise ValueError(
-                f"this Message is delivery {message.deliveries} of message {message.id}, "
-                f"which was delivered again since (delivery {held[1]}): ack or nack the "
-                "latest delivery's Message (or the message's id)"
-            )
+            raise ValueError(_not_the_latest_delivery(message.id, deliveries, held[1]))
 
     def _ack(self, name: str, target: object) -> None:
         self._pacer.calls += 1
@@ -1876,6 +1872,28 @@ class Store(Uncopyable):
             if entry.state == STATE_ACKED:
                 return "acked"
             return "delivered" if msg_id in self._inflight else "live"
+
+
+def _not_the_latest_delivery(msg_id: int, deliveries: int, latest: int) -> str:
+    """Why a Message of delivery ``deliveries`` cannot settle message ``msg_id``,
+    delivered ``latest`` times: an earlier delivery's, a listing of browse() made
+    before the delivery, or a count no get() gave (a Message built or changed)."""
+    if 0 < deliveries < latest:
+        what = (
+            f"this Message is delivery {deliveries} of message {msg_id}, which was delivered "
+            f"again since (delivery {latest})"
+        )
+    elif deliveries == 0:
+        what = (
+            f"this Message of message {msg_id} was listed by browse() before the message was "
+            f"delivered (delivery {latest} is unacked)"
+        )
+    else:
+        what = (
+            f"this Message says it is delivery {deliveries} of message {msg_id}, whose latest "
+            f"delivery is {latest}: get() did not return it"
+        )
+    return f"{what}; ack or nack the latest delivery's Message (or the message's id)"
 
 
 def _batch_record_size(encoded: list[tuple[_PendingPut, bytes]], acks: list[int]) -> int:

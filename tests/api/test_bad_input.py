@@ -1095,6 +1095,37 @@ def test_an_earlier_delivery_of_a_message_cannot_be_acked(store: msgcask.Store) 
     assert len(q) == 0
 
 
+@pytest.mark.parametrize(
+    ("made", "says"),
+    [
+        ("browsed_before_the_get", r"listed by browse\(\) before the message was delivered"),
+        ("deliveries_ahead", r"says it is delivery 2 .*latest delivery is 1: get\(\) did not"),
+        ("deliveries_negative", r"says it is delivery -1 .*get\(\) did not return it"),
+    ],
+)
+def test_a_message_of_no_delivery_is_refused_without_claiming_a_later_one(
+    seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot, made: str, says: str
+) -> None:
+    # Not "delivered again since": the message was delivered once, and not after it.
+    store, q = seeded
+    listed = next(iter(q.browse()))
+    delivered = q.get(block=False)
+    assert (listed.id, listed.deliveries, delivered.deliveries) == (delivered.id, 0, 1)
+    bad = {
+        "browsed_before_the_get": listed,
+        "deliveries_ahead": delivered._replace(deliveries=2),
+        "deliveries_negative": delivered._replace(deliveries=-1),
+    }[made]
+    before = snapshot(store, store_path)
+    for settle in (q.ack, q.nack):
+        with pytest.raises(ValueError, match=says):
+            settle(bad)
+    with pytest.raises(ValueError, match=says), store.transaction() as tx:
+        tx.ack(bad)
+    assert snapshot(store, store_path) == before
+    q.ack(delivered)
+
+
 def test_a_transaction_refuses_an_ack_whose_message_was_delivered_again_before_the_commit(
     store: msgcask.Store,
 ) -> None:
