@@ -27,10 +27,16 @@ class Message(NamedTuple):
         return self.deliveries > 1
 
     def __repr__(self) -> str:
+        body = self.body
+        # A Message built by hand may hold anything: a repr must not raise.
+        shown = (
+            f"<{len(body)} bytes>"
+            if isinstance(body, (bytes, bytearray, memoryview))
+            else repr(body)
+        )
         return (
-            f"Message(id={self.id}, queue={self.queue!r}, priority={self.priority}, "
-            f"deliveries={self.deliveries}, headers={self.headers!r}, "
-            f"body=<{len(self.body)} bytes>)"
+            f"Message(id={self.id!r}, queue={self.queue!r}, priority={self.priority!r}, "
+            f"deliveries={self.deliveries!r}, headers={self.headers!r}, body={shown})"
         )
 
 

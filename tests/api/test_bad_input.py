@@ -1257,6 +1257,16 @@ def test_a_store_or_transaction_cannot_be_copied(
     assert store.verify() == []
 
 
+@pytest.mark.parametrize("body", [None, 5, "text"], ids=["none", "int", "str"])
+def test_a_message_built_with_a_body_of_no_bytes_has_a_repr(body: object) -> None:
+    # A repr that raises hides the object in tracebacks, logs and assertion reports.
+    message = msgcask.Message(1, "q", body, {}, 4, 1)  # type: ignore[arg-type]
+    assert repr(message) == (
+        f"Message(id=1, queue='q', priority=4, deliveries=1, headers={{}}, body={body!r})"
+    )
+    assert repr(message._replace(body=b"four")).endswith("body=<4 bytes>)")
+
+
 class _BytesPath:
     def __init__(self, path: Path) -> None:
         self.path = path
