@@ -63,6 +63,7 @@ from msgcask.index.accounting import FileAccount
 from msgcask.index.catalog import Catalog
 from msgcask.index.env import SHRINK_DIR, IndexEnv, ShrinkFailed, boot_id, remove_index
 from msgcask.index.keys import STATE_ACKED, Live
+from msgcask.made_dirs import missing_dirs, remove_made_dirs
 from msgcask.message import Message, delivered_id, delivered_message_type
 from msgcask.options import Options, check_threshold
 from msgcask.stats import CompactionReport, FileStats, KeptReport, StoreStats
@@ -332,11 +333,14 @@ class Store(Uncopyable):
         # apart from the queue's runtime so that they outlive a delete_queue.
         self._queue_settings: dict[str, tuple[int | None, str | None]] = {}
         self._committed_position: Position | None = None  # journal position of the last commit
+        made: list[str] = []  # directories this open creates
         try:
             _check_store_path(self._path)
+            made = missing_dirs(self._path)
             os.makedirs(self._path, exist_ok=True)
             self._lock_file = StoreLock(os.path.join(self._path, LOCK_FILE))
         except OSError as e:
+            remove_made_dirs(made)
             advice = (
                 "Check the path: every part but the last must be a directory"
                 if e.errno in (errno.ENOENT, errno.ENOTDIR)
@@ -347,18 +351,19 @@ class Store(Uncopyable):
             ) from e
         try:
             self._open()
-        except OSError as e:
+        except BaseException as e:
+            # A failed open leaves the directory as it found it: what _open made
+            # in a new store is gone by now, and so go the LOCK and the directories.
             self._lock_file.release(remove_if_created=True)
-            raise Error(f"cannot open the store at {self._path}: {e}. {remedy(e)}.") from e
-        except lmdb.Error as e:
-            self._lock_file.release(remove_if_created=True)
-            raise IndexFailedError(
-                f"cannot write the index of {self._path} while opening it "
-                f"({e}){free_space_note(self._path)}; nothing was lost, the data files are "
-                "intact. Free disk space (or check the disk) and open it again."
-            ) from e
-        except BaseException:
-            self._lock_file.release(remove_if_created=True)
+            remove_made_dirs(made)
+            if isinstance(e, OSError):
+                raise Error(f"cannot open the store at {self._path}: {e}. {remedy(e)}.") from e
+            if isinstance(e, lmdb.Error):
+                raise IndexFailedError(
+                    f"cannot write the index of {self._path} while opening it "
+                    f"({e}){free_space_note(self._path)}; nothing was lost, the data files "
+                    "are intact. Free disk space (or check the disk) and open it again."
+                ) from e
             raise
         self._closed = False
         _open_stores.add(self)

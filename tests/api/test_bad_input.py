@@ -8,6 +8,7 @@ that raises *after* writing something is caught as well as one that does not rai
 from __future__ import annotations
 
 import copy
+import errno
 import os
 import pickle
 import re
@@ -1327,6 +1328,42 @@ def test_an_open_that_fails_raises_a_msgcask_error_and_changes_nothing(
     assert isinstance(raised.value, (msgcask.Error, ValueError, TypeError))
     assert not isinstance(raised.value, OSError)
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+
+_FAILURES_INSIDE_OPEN: dict[str, tuple[BaseException, type[Exception]]] = {
+    "os_error": (OSError(errno.EIO, "Input/output error"), msgcask.Error),
+    "index_error": (lmdb.MapFullError("mdb_put: MDB_MAP_FULL"), msgcask.IndexFailedError),
+}
+
+
+@pytest.mark.parametrize("parent", ["new", "existing"])
+@pytest.mark.parametrize(
+    "failure", _FAILURES_INSIDE_OPEN.values(), ids=_FAILURES_INSIDE_OPEN.keys()
+)
+def test_an_open_that_fails_midway_leaves_no_directory_it_made(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    failure: tuple[BaseException, type[Exception]],
+    parent: str,
+) -> None:
+    """The directories an open creates (the store's, and missing parents) go
+    again when it fails after creating them; one that was there stays."""
+    raised, error = failure
+    if parent == "existing":
+        (tmp_path / "a" / "b").mkdir(parents=True)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+
+    def fail(*args: object) -> None:
+        raise raised
+
+    # Once the index of the new store exists: the failure comes as late as it can.
+    monkeypatch.setattr(msgcask.Store, "_open_recovered", fail)
+    with pytest.raises(error):
+        msgcask.open(tmp_path / "a" / "b" / "store")
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    monkeypatch.undo()
+    with msgcask.open(tmp_path / "a" / "b" / "store") as store:  # and the path still works
+        store.queue("q").put(b"x")
 
 
 @pytest.mark.parametrize("kind", ["browsed", "browsed-id", "unknown-id", "acked-twice"])

@@ -152,7 +152,8 @@ def _check_dirs(out_dir: str, workdir: str | None, stem: str) -> None:
     traceback after the run (the work directory first: it creates nothing).
     Leaves nothing made: run_and_write makes --out again, and removes it if the
     run ends before writing in it."""
-    from msgcask.workloads.runner import check_workdir, prepare_out_dir, remove_made_dirs
+    from msgcask.made_dirs import remove_made_dirs
+    from msgcask.workloads.runner import check_workdir, prepare_out_dir
 
     try:
         check_workdir(workdir)
@@ -485,8 +486,9 @@ def demo(
     nearly every data file keeps one live message and disk grows with everything
     ever put; with compaction disk follows the live data.
     """
+    from msgcask.made_dirs import remove_made_dirs
     from msgcask.workloads.report import fmt, summary
-    from msgcask.workloads.runner import remove_made_dirs, run_and_write
+    from msgcask.workloads.runner import run_and_write
     from msgcask.workloads.subjects import parse_peers
 
     _quiet_scheduler_log()

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from msgcask.cpu import confine_to_one_cpu
+from msgcask.made_dirs import missing_dirs, remove_made_dirs
 from msgcask.workloads.config import RunConfig
 from msgcask.workloads.crash import measure_crash_reopen
 from msgcask.workloads.definitions import (
@@ -288,7 +289,7 @@ def prepare_out_dir(out_dir: str, stem: str | None = None) -> list[str]:
     """
     if not out_dir:
         raise ValueError("the result's directory name is empty: give a directory, such as results")
-    made = _missing_dirs(out_dir)
+    made = missing_dirs(out_dir)
     try:
         os.makedirs(out_dir, exist_ok=True)
         with tempfile.TemporaryFile(dir=out_dir):
@@ -305,29 +306,6 @@ def prepare_out_dir(out_dir: str, stem: str | None = None) -> list[str]:
         remove_made_dirs(made)
         raise
     return made
-
-
-def remove_made_dirs(made: list[str]) -> None:
-    """Remove the directories ``prepare_out_dir`` made, innermost first, as long as
-    they are empty; one that holds anything stays, with those above it."""
-    for path in reversed(made):
-        try:
-            os.rmdir(path)
-        except OSError:
-            return
-
-
-def _missing_dirs(path: str) -> list[str]:
-    """``path`` and its missing parents, outermost first: what makedirs would make."""
-    missing: list[str] = []
-    path = os.path.abspath(path)
-    while not os.path.lexists(path):
-        missing.insert(0, path)
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return missing
 
 
 def _check_result_names(out_dir: str, stem: str) -> None:
