@@ -237,6 +237,12 @@ def test_bench_refuses_a_size_mix_batch_too_big_for_a_data_file_before_running(
             ["steady", "--compaction", "off", "--compaction-interval", "5"],
             "--compaction-interval sets the schedule that --compaction off turns off",
         ),
+        # An option another one given makes the run ignore.
+        (
+            ["steady", "--no-reopen", "--crash-messages", "5"],
+            "--crash-messages sizes the kill -9 measurement that --no-reopen skips",
+        ),
+        (["steady", "--size-mix", "--size", "512"], "--size-mix draws every body's size"),
     ],
 )
 def test_bench_refuses_counts_it_cannot_run_and_options_the_workload_ignores(
@@ -263,6 +269,8 @@ def _record_run(cfg: RunConfig, *args: object, **kwargs: object) -> None:
         ["dlq-heavy", "-n", "10", "--pin-every", "3", "--max-deliveries", "2"],
         ["selector-skip", "-n", "10", "--pin-every", "3"],
         ["steady", "-n", "10", "--compaction", "both", "--compaction-interval", "5"],
+        ["steady", "-n", "10", "--crash-messages", "5"],
+        ["steady", "-n", "10", "--size-mix", "--no-reopen"],
     ],
 )
 def test_bench_takes_each_workloads_own_options(

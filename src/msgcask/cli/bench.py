@@ -212,11 +212,29 @@ def _refuse_unread_options(ctx: click.Context, workload: str, compaction: str) -
                 f"{max(param.opts, key=len)} is read by {', '.join(readers)} only; "
                 f"{workload} does not use it: leave it out"
             )
-    if compaction == "off" and _given(ctx, "compaction_interval"):
-        raise click.UsageError(
+    # (option, whether another option given makes the run ignore it, what to do)
+    overridden = (
+        (
+            "compaction_interval",
+            compaction == "off",
             "--compaction-interval sets the schedule that --compaction off turns off: "
-            "leave it out, or run --compaction on or both"
-        )
+            "leave it out, or run --compaction on or both",
+        ),
+        (
+            "crash_messages",
+            ctx.params["no_reopen"],
+            "--crash-messages sizes the kill -9 measurement that --no-reopen skips: "
+            "leave one of them out",
+        ),
+        (
+            "size",
+            ctx.params["size_mix"],
+            "--size-mix draws every body's size, so --size would be ignored: leave one of them out",
+        ),
+    )
+    for name, ignored, message in overridden:
+        if ignored and _given(ctx, name):
+            raise click.UsageError(message)
 
 
 @click.command()
