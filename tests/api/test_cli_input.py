@@ -80,11 +80,16 @@ def test_a_store_directory_that_cannot_be_listed_is_an_error_message(
         ["compact", "--threshold", "nan"],
         ["stats", "--max-file-size", "99999999999"],
         ["check", "--index", "--max-file-size", "99999999999"],
+        # Without --index the store is not opened: the size would be ignored.
+        ["check", "--max-file-size", "65536"],
     ],
 )
 def test_bad_options_are_usage_errors(store_dir: Path, args: list[str]) -> None:
+    before = sorted(p.name for p in store_dir.iterdir())
     code, output = _run(main, [*args, str(store_dir)])
     assert code == 2, output
+    assert "Error: " in output and "Traceback" not in output
+    assert sorted(p.name for p in store_dir.iterdir()) == before
     with msgcask.open(store_dir, compaction_interval=None) as store:
         assert store.queue("q").get(block=False).body == b"kept"
 

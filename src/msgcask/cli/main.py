@@ -111,6 +111,12 @@ MAX_FILE_SIZE = click.option(
 @MAX_FILE_SIZE
 def check(path: str, index: bool, max_file_size: int | None) -> None:
     """Scan every data file for damage; exit 1 if any problem is found."""
+    if max_file_size is not None and not index:
+        # Only the index check opens the store, with that size: the scan would ignore it.
+        raise click.UsageError(
+            "--max-file-size is read by check --index only (the plain scan does not open "
+            "the store): add --index, or leave it out"
+        )
     _require_store(path)
     holder = lock_holder(f"{path}/{LOCK_FILE}")  # before the scan: it may be mid-append
     report = scan_files(path)
