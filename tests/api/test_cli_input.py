@@ -94,6 +94,21 @@ def test_bad_options_are_usage_errors(store_dir: Path, args: list[str]) -> None:
         assert store.queue("q").get(block=False).body == b"kept"
 
 
+@pytest.mark.parametrize("size", ["64KiB", "64k", "65536"])
+def test_max_file_size_takes_a_unit_as_bench_does(store_dir: Path, size: str) -> None:
+    code, output = _run(main, ["stats", "--max-file-size", size, str(store_dir)])
+    assert code == 0, output
+    assert "live         1 messages" in output
+
+
+def test_a_max_file_size_out_of_bounds_says_the_bounds(store_dir: Path) -> None:
+    code, output = _run(main, ["compact", "--max-file-size", "1KiB", str(store_dir)])
+    assert code == 2, output
+    assert "1024 bytes is too small; msgcask takes data files of 64 KiB" in output
+    with msgcask.open(store_dir, compaction_interval=None) as store:
+        assert store.queue("q").get(block=False).body == b"kept"
+
+
 @pytest.mark.parametrize(
     ("command", "args", "says"),
     [

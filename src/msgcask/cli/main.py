@@ -17,7 +17,7 @@ import click
 
 import msgcask
 from msgcask.check import ScanReport, scan_files
-from msgcask.cli.bench import BoundedFloat, bench, demo
+from msgcask.cli.bench import FILE_SIZE, BoundedFloat, bench, demo
 from msgcask.cli.pipeline import pipeline
 from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE
 from msgcask.store.disk_advice import cannot_list
@@ -94,9 +94,10 @@ def _open(path: str, max_file_size: int | None = None, *, look_only: bool = True
 
 MAX_FILE_SIZE = click.option(
     "--max-file-size",
-    type=click.IntRange(min=MIN_FILE_SIZE, max=MAX_FILE_SIZE_LIMIT),
+    type=FILE_SIZE,  # as bench and demo read it: 65536, 64KiB or 64k
     default=None,
-    help="The store's max_file_size in bytes (default: guessed from its largest file).",
+    help="The store's max_file_size, 64 KiB to 2 GiB, in bytes or with KiB/MiB/GiB "
+    "(default: guessed from its largest file).",
 )
 
 
