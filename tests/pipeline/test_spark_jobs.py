@@ -412,6 +412,33 @@ def test_bad_command_input_is_refused_before_spark_starts(tmp_path: Path) -> Non
     assert not Path("/proc/a.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--thresholds", "0.5,abc", "a comma-separated list of numbers, not '0.5,abc'"),
+        ("--thresholds", "nan", "compaction_threshold must be finite"),
+        ("--thresholds", "2", "compaction_threshold must be in (0, 1]"),
+        ("--thresholds", ",", "',' holds no value: give at least one"),
+        ("--file-sizes", "64KiB", "a comma-separated list of whole numbers"),
+        ("--file-sizes", "65536,0", "max_file_size must be 65536 to 2147483648 bytes, got 0"),
+    ],
+)
+def test_a_bad_sweep_setting_is_refused_naming_its_option_before_spark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: str, value: str, says: str
+) -> None:
+    import msgcask.cli.pipeline as cli_pipeline
+
+    def no_spark(master: str) -> None:
+        raise AssertionError("Spark started: the setting should have been refused first")
+
+    monkeypatch.setattr(cli_pipeline, "_spark", no_spark)
+    rec = tmp_path / "rec"
+    pinned_store(rec, lambda n: 50)
+    result = CliRunner().invoke(main, ["pipeline", "sweep", str(rec), option, value])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}': {says}" in result.output
+
+
 def test_a_job_that_fails_in_spark_ends_with_one_line(spark: Any, tmp_path: Path) -> None:
     store = tmp_path / "store"
     pinned_store(store, lambda n: 50)

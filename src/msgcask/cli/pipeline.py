@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from msgcask.errors import Error
+from msgcask.options import check_threshold
 from msgcask.pipeline.failures import job_failure, spark_cause
 from msgcask.pipeline.files import list_data_files
 from msgcask.pipeline.outputs import check_report, check_spark_output
 from msgcask.pipeline.replay import DEFAULT_PASS_EVERY
 from msgcask.pipeline.session import DEFAULT_MASTER, QUIET_CONF, TERMINAL_CONF, spark_session
+from msgcask.pipeline.sweep import check_file_size
 
 MASTER = click.option(
     "--master",
@@ -174,12 +177,33 @@ def dead_letters(
     click.echo(f"{count} dead letters written to {out} ({fmt})")
 
 
-def _numbers(kind: type, text: str) -> list[Any]:
-    try:
-        return [kind(part) for part in text.split(",") if part.strip()]
-    except ValueError as e:
-        kind_name = "whole numbers" if kind is int else "numbers"
-        raise click.BadParameter(f"a comma-separated list of {kind_name}, not {text!r}") from e
+class _NumberList(click.ParamType):
+    """A comma-separated list of numbers, each checked by ``check`` as
+    ``msgcask.open`` checks its setting: a bad one is refused naming the option."""
+
+    name = "list"
+
+    def __init__(self, kind: type, check: Callable[[Any], None]) -> None:
+        self.kind, self.check = kind, check
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> list[Any]:
+        if isinstance(value, list):
+            return value
+        try:
+            numbers = [self.kind(part) for part in str(value).split(",") if part.strip()]
+        except ValueError:
+            kind_name = "whole numbers" if self.kind is int else "numbers"
+            self.fail(f"a comma-separated list of {kind_name}, not {value!r}", param, ctx)
+        if not numbers:
+            self.fail(f"{value!r} holds no value: give at least one", param, ctx)
+        for number in numbers:
+            try:
+                self.check(number)
+            except (TypeError, ValueError) as e:
+                self.fail(str(e), param, ctx)
+        return numbers
 
 
 @pipeline.command()
@@ -187,12 +211,14 @@ def _numbers(kind: type, text: str) -> list[Any]:
 @MASTER
 @click.option(
     "--thresholds",
+    type=_NumberList(float, lambda t: check_threshold("compaction_threshold", t)),
     default="0.25,0.5,0.75",
     show_default=True,
     help="compaction_threshold values, comma-separated.",
 )
 @click.option(
     "--file-sizes",
+    type=_NumberList(int, check_file_size),
     default="262144,1048576",
     show_default=True,
     help="max_file_size values in bytes, comma-separated.",
@@ -211,8 +237,8 @@ def _numbers(kind: type, text: str) -> list[Any]:
 def sweep(
     recording: str,
     master: str,
-    thresholds: str,
-    file_sizes: str,
+    thresholds: list[float],
+    file_sizes: list[int],
     pass_every: int,
     json_out: str | None,
 ) -> None:
@@ -220,10 +246,7 @@ def sweep(
     keep_data_files=True) under every pair of settings, one Spark task each."""
     from msgcask.pipeline.sweep import check_recording, replays, settings
 
-    try:
-        grid = settings(_numbers(float, thresholds), _numbers(int, file_sizes))
-    except (TypeError, ValueError) as e:
-        raise click.BadParameter(str(e)) from e
+    grid = settings(thresholds, file_sizes)  # each value checked as the options were read
     _check_json_out(recording, json_out)
     try:
         check_recording(recording, grid)

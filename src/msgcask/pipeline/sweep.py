@@ -38,13 +38,14 @@ def settings(thresholds: list[float], file_sizes: list[int]) -> list[Setting]:
     for t in thresholds:
         check_threshold("compaction_threshold", t)
     for size in file_sizes:
-        _check_file_size(size)
+        check_file_size(size)
     return [
         Setting(float(t), int(s)) for t in sorted(set(thresholds)) for s in sorted(set(file_sizes))
     ]
 
 
-def _check_file_size(size: object) -> None:
+def check_file_size(size: object) -> None:
+    """A max_file_size as ``msgcask.open`` takes it: whole bytes, 64 KiB to 2 GiB."""
     if isinstance(size, bool) or not isinstance(size, int):
         raise TypeError(f"max_file_size is a whole number of bytes, not {size!r}")
     if not MIN_FILE_SIZE <= size <= MAX_FILE_SIZE_LIMIT:
@@ -67,7 +68,7 @@ def check_grid(grid: list[Setting]) -> None:
                 f"makes one), not of {type(s).__name__}: {s!r}"
             )
         check_threshold("compaction_threshold", s.compaction_threshold)
-        _check_file_size(s.max_file_size)
+        check_file_size(s.max_file_size)
 
 
 def check_recording(recording: str, grid: list[Setting]) -> None:
