@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import msgcask
 from child_process import run_cli
@@ -107,6 +108,40 @@ def test_a_report_is_tried_before_the_job_and_nothing_is_left(tmp_path: Path) ->
     report.write_text("kept")
     check_report(str(store), str(report))
     assert report.read_text() == "kept"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["audit", "{store}", "--json", ""], "the report's path is empty: give a file's path"),
+        (["sweep", "{store}", "--json", ""], "the report's path is empty: give a file's path"),
+        (["audit", "{store}", "--json", "{file}/a.json"], "is not a directory: give a path in"),
+        (["dead-letters", "{store}", ""], "the output's path is empty: give the directory"),
+    ],
+)
+def test_an_empty_or_impossible_output_path_is_refused_before_spark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], says: str
+) -> None:
+    # An empty --json was taken for none: the job ran and wrote no report.
+    import msgcask.cli.pipeline as cli_pipeline
+    from msgcask.cli.main import main
+
+    def no_spark(master: str) -> None:
+        raise AssertionError("Spark started: the path should have been refused first")
+
+    monkeypatch.setattr(cli_pipeline, "_spark", no_spark)
+    store = tmp_path / "store"
+    with msgcask.open(store, compaction_interval=None) as s:
+        s.queue("q").put(b"x")
+    afile = tmp_path / "afile"
+    afile.write_text("kept")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    argv = ["pipeline", *(a.format(store=store, file=afile) for a in args)]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code in (1, 2) and isinstance(result.exception, SystemExit), result.output
+    assert says in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert afile.read_text() == "kept"
 
 
 def test_an_export_refuses_an_overwrite_that_is_no_bool(tmp_path: Path) -> None:

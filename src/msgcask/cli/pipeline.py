@@ -51,7 +51,7 @@ def _spark(master: str):  # type: ignore[no-untyped-def]
 def _check_json_out(store: str, json_out: str | None) -> None:
     """Before the job: a report that cannot be written, or would land in the
     store, is better refused now."""
-    if json_out:
+    if json_out is not None:  # "" too: refused, not taken for no report
         try:
             check_report(store, json_out)
         except ValueError as e:

@@ -46,6 +46,8 @@ def check_spark_output(store: str, out: str, overwrite: bool) -> None:
     """A directory Spark will write: refused (ValueError) if it is the store at
     ``store``, is inside it or holds it, or, unless ``overwrite``, if it exists
     (checked here for a local path; Spark refuses an existing one elsewhere)."""
+    if not out:  # realpath would take it for the current directory
+        raise ValueError("the output's path is empty: give the directory to write")
     path = local_path(out)
     if path is None:
         return
@@ -61,8 +63,13 @@ def check_report(store: str, out: str) -> None:
     appending only, a new one is created and removed, and a device or a pipe
     (``/dev/stdout``, say) is not opened now: a pipe would wait for a reader,
     or tell its reader the stream had ended."""
+    if not out:  # realpath would take it for the current directory
+        raise ValueError("the report's path is empty: give a file's path")
     _refuse_overlap(store, out, out)
-    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        if os.path.lexists(parent):
+            raise ValueError(f"{out}: {parent} is not a directory: give a path in a directory")
         raise ValueError(f"{out}: its directory does not exist")
     try:
         mode = os.stat(out).st_mode
