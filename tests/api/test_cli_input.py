@@ -366,6 +366,22 @@ def test_check_index_fails_when_the_index_disagrees_with_intact_data_files(
     assert "ok" not in output.splitlines()
 
 
+def _contents(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("file_id", ["0", "7", "99999999999999999999"])
+def test_why_kept_of_a_file_the_store_does_not_have_leaves_the_store_as_it_was(
+    store_dir: Path, file_id: str
+) -> None:
+    # Opening the store would write its index (and run recovery) for nothing.
+    before = _contents(store_dir)
+    code, output = _run(main, ["why-kept", str(store_dir), file_id])
+    assert code == 1, output
+    assert f"Error: no data file {file_id}; the store has files [1]" in output
+    assert _contents(store_dir) == before
+
+
 @pytest.mark.parametrize("file_id", ["-1", "-12"])
 def test_why_kept_of_a_negative_file_id_says_what_file_ids_are(
     store_dir: Path, file_id: str

@@ -64,18 +64,21 @@ def _regular_size(path: str) -> int:
     return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
-def _require_store(path: str) -> None:
-    """These commands inspect stores; they never create one (a mistyped path
-    would otherwise become a new, empty store)."""
+def _require_store(path: str) -> list[int]:
+    """The ids of the store's data files, in order. These commands inspect
+    stores; they never create one (a mistyped path would otherwise become a new,
+    empty store)."""
     try:
         names = os.listdir(path)
     except OSError as e:  # say, a directory this user may not read
         raise click.ClickException(cannot_list(path, e)) from e
-    if not any(parse_data_file_name(name) for name in names):
+    ids = sorted(i for i in map(parse_data_file_name, names) if i is not None)
+    if not ids:
         raise click.ClickException(
             f"{path} holds no msgcask data files: not a store. Give the directory of an "
             "existing store (msgcask.open creates stores; this command does not)."
         )
+    return ids
 
 
 def _open(path: str, max_file_size: int | None = None, *, look_only: bool = True) -> msgcask.Store:
@@ -209,6 +212,9 @@ class _FileIdCommand(click.Command):
 @MAX_FILE_SIZE
 def why_kept(path: str, file_id: int, max_file_size: int | None) -> None:
     """Say which live messages and needed acks keep data file FILE_ID."""
+    ids = _require_store(path)
+    if file_id not in ids:  # said without opening the store, which writes its index
+        raise click.ClickException(f"no data file {file_id}; the store has files {ids}")
     with _open(path, max_file_size) as store:
         try:
             report = store.why_kept(file_id)
