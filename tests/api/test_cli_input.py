@@ -210,6 +210,19 @@ def test_unusable_directories_are_usage_errors_before_the_run(
     assert afile.read_text() == "kept"
 
 
+@pytest.mark.parametrize("command", [bench, demo])
+def test_an_out_that_is_a_store_is_refused_before_the_run(
+    store_dir: Path, monkeypatch: pytest.MonkeyPatch, command: click.Command
+) -> None:
+    monkeypatch.setattr(runner, "run_workload", _must_not_run)
+    before = sorted(p.name for p in store_dir.iterdir())
+    args = ["steady"] if command is bench else []
+    code, output = _run(command, [*args, "-n", "200", "--peers", "none", "--out", str(store_dir)])
+    assert code == 2, output
+    assert f"Invalid value for --out: {store_dir} is a msgcask store" in output, output
+    assert sorted(p.name for p in store_dir.iterdir()) == before
+
+
 @pytest.mark.parametrize("args", [["--size", "infKiB"], ["--max-file-size", "infMiB"]])
 def test_demo_refuses_infinite_sizes(tmp_path: Path, args: list[str]) -> None:
     out = tmp_path / "out"

@@ -12,6 +12,7 @@ from typing import Any
 
 from msgcask.cpu import confine_to_one_cpu
 from msgcask.made_dirs import missing_dirs, remove_made_dirs
+from msgcask.store.filenames import parse_data_file_name
 from msgcask.workloads.config import RunConfig
 from msgcask.workloads.crash import measure_crash_reopen
 from msgcask.workloads.definitions import (
@@ -289,6 +290,7 @@ def prepare_out_dir(out_dir: str, stem: str | None = None) -> list[str]:
     """
     if not out_dir:
         raise ValueError("the result's directory name is empty: give a directory, such as results")
+    _refuse_a_store(out_dir)
     made = missing_dirs(out_dir)
     try:
         os.makedirs(out_dir, exist_ok=True)
@@ -306,6 +308,20 @@ def prepare_out_dir(out_dir: str, stem: str | None = None) -> list[str]:
         remove_made_dirs(made)
         raise
     return made
+
+
+def _refuse_a_store(out_dir: str) -> None:
+    """ValueError if ``out_dir`` is a msgcask store: the result and plots would
+    be written among its data files (a mistyped --out naming the store)."""
+    try:
+        names = os.listdir(out_dir)
+    except OSError:  # missing, or not a directory: prepare_out_dir says which
+        return
+    if any(parse_data_file_name(name) is not None for name in names):
+        raise ValueError(
+            f"{out_dir} is a msgcask store (it holds data files): the result would be "
+            "written among them. Give another directory, such as results"
+        )
 
 
 def _check_result_names(out_dir: str, stem: str) -> None:
