@@ -7,14 +7,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 import msgcask
 from child_process import run_cli
+from held_task_slots import GIVE_UP_SECONDS, held_task_slots
 from msgcask.check import scan_files
 from msgcask.cli.main import main
 from msgcask.pipeline.audit import audit
@@ -95,23 +99,55 @@ def test_the_audit_leaves_out_what_a_compaction_made_redundant(
     assert got == expected
 
 
-def test_the_audit_of_a_store_deleting_files_meanwhile_completes_and_says_so(
-    spark: Any, tmp_path: Path, verify: Any
-) -> None:
-    """A store busy acking deletes the files that empty while the audit lists
-    and reads them (a task per file spreads the reads out): the audit completes,
-    reports those files as deleted, and the store goes on undisturbed."""
-    import threading
-    import time
+def audit_reading_after(
+    spark: Any, workdir: Path, store_dir: Path, meanwhile: Callable[[], None]
+) -> tuple[Result, dict[str, Any]]:
+    """`msgcask pipeline audit STORE --json`, with ``meanwhile()`` run once the
+    audit has listed the data files and before any of them is read (every task
+    slot is held until then): the command's result and its report."""
+    report = workdir / "audit.json"
+    group = f"audit of {store_dir}"  # tells the audit's jobs from any other
+    outcome: list[Result] = []
 
-    store_dir, report = tmp_path / "store", tmp_path / "audit.json"
+    def run_audit() -> None:
+        spark.sparkContext.setJobGroup(group, "an audit whose tasks wait")
+        args = ["pipeline", "audit", str(store_dir), "--json", str(report), "--rows", "0"]
+        outcome.append(CliRunner().invoke(main, args))
+
+    auditing = threading.Thread(target=run_audit)
+    with held_task_slots(spark, workdir) as slots:
+        auditing.start()
+        try:
+            slots.wait_for_a_job_of(group)  # the audit's files are listed by then
+            meanwhile()
+        finally:
+            slots.release()
+            auditing.join()
+    (result,) = outcome
+    assert result.exit_code == 0, result.output
+    return result, json.loads(report.read_text())
+
+
+def test_the_audit_of_a_store_deleting_files_meanwhile_completes_and_says_so(
+    spark: Any, tmp_path: Path, verify: Any, data_files: Any
+) -> None:
+    """A store busy acking deletes the files that empty while the audit reads
+    them: the audit completes, reports those files as deleted, and the store
+    goes on undisturbed. The acking starts once the audit has listed the files,
+    and the audit reads them once one of them is gone."""
+    store_dir = tmp_path / "store"
     stop = threading.Event()
-    with msgcask.open(store_dir, max_file_size=SMALL, sync_interval=0.01) as store:
+    # No compaction passes: one would move the never-acked messages to a file the
+    # listing lacks, and the audit would rightly not count them.
+    with msgcask.open(
+        store_dir, max_file_size=SMALL, sync_interval=0.01, compaction_interval=None
+    ) as store:
         kept, q = store.queue("kept"), store.queue("q")
         for _ in range(50):
             kept.put(b"k" * 500)  # never acked: their file stays, and is read
         for _ in range(600):
             q.put(b"x" * 500)
+        kept_file, first_to_empty = data_files(store_dir)[:2]  # the second holds only q's
 
         def churn() -> None:  # the oldest messages acked, as many put: files empty
             while not stop.is_set():
@@ -120,28 +156,30 @@ def test_the_audit_of_a_store_deleting_files_meanwhile_completes_and_says_so(
                 time.sleep(0.001)
 
         churning = threading.Thread(target=churn)
-        churning.start()
-        attempts: list[dict[str, Any]] = []  # each audit's totals, said by any failure below
+
+        def until_a_listed_file_is_deleted() -> None:
+            churning.start()  # and goes on while the audit reads
+            deadline = time.monotonic() + GIVE_UP_SECONDS
+            while first_to_empty.exists():
+                assert time.monotonic() < deadline, "the store deleted no emptied file"
+                time.sleep(0.01)
+
         try:
-            for _ in range(5):  # each audit is likely to meet a deletion; one must
-                result = CliRunner().invoke(
-                    main,
-                    ["pipeline", "audit", str(store_dir), "--json", str(report), "--rows", "0"],
-                )
-                assert result.exit_code == 0, f"{attempts}\n{result.output}"
-                totals = json.loads(report.read_text())["totals"]
-                attempts.append(totals)
-                if totals["deleted_files"]:
-                    break
+            result, audited = audit_reading_after(
+                spark, tmp_path, store_dir, until_a_listed_file_is_deleted
+            )
         finally:
             stop.set()
-            churning.join()
-        files = json.loads(report.read_text())["files"]
-        deleted = [f for f in files if f["deleted"]]
-        assert len(deleted) == totals["deleted_files"] > 0, attempts
+            if churning.is_alive():
+                churning.join()
+        totals, files = audited["totals"], {f["file_id"]: f for f in audited["files"]}
+        deleted = [f for f in files.values() if f["deleted"]]
+        assert files[int(first_to_empty.stem)] in deleted
+        assert len(deleted) == totals["deleted_files"], totals
         assert all(f["size"] == f["records"] == f["live_messages"] == 0 for f in deleted), deleted
-        assert totals["data_files"] == len(files) - len(deleted) > 0, attempts
-        assert totals["live_messages"] >= len(kept), attempts
+        assert totals["data_files"] == len(files) - len(deleted), totals
+        kept_by = {e["queue"]: e["messages"] for e in files[int(kept_file.stem)]["live_by_queue"]}
+        assert kept_by["kept"] == len(kept), files[int(kept_file.stem)]
         assert f"note: the store deleted {len(deleted)} data files after they were" in result.output
         assert (len(kept), len(q)) == (50, 600)
         verify(store)
