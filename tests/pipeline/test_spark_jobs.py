@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -603,6 +605,36 @@ def test_a_task_that_fails_is_one_line_on_the_terminal_too(tmp_path: Path) -> No
     said = f"Error: {newest}: the ACK record at offset {offset} holds message id {2**64 - 1}"
     assert run.stderr.splitlines()[-1].startswith(said), run.stderr
     assert "Traceback" not in run.stderr and "\tat org.apache" not in run.stderr, run.stderr
+
+
+_SCHEDULER_LOGS = """
+from msgcask.pipeline.session import QUIET_CONF, spark_session
+
+spark = spark_session(conf=QUIET_CONF)
+jvm = spark.sparkContext._jvm
+log = jvm.org.apache.logging.log4j.LogManager.getLogger(
+    "org.apache.spark.scheduler.TaskSchedulerImpl"
+)
+turned_away = jvm.java.util.concurrent.RejectedExecutionException(
+    "Task rejected from java.util.concurrent.ThreadPoolExecutor[Terminated]"
+)
+log.error("Exception in statusUpdate", turned_away)
+log.error("a scheduler error of another kind")
+spark.stop()
+"""
+
+
+def test_the_statuses_a_stopping_scheduler_turns_away_are_not_logged(spark_runtime: None) -> None:
+    """What the scheduler logs for each task status that comes in after a failed
+    job stopped the session is left out; its other errors are not. In a process
+    of its own: the JVM's stderr is that process's."""
+    run = subprocess.run(
+        [sys.executable, "-c", _SCHEDULER_LOGS], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    assert "statusUpdate" not in run.stderr and "Rejected" not in run.stderr, run.stderr
+    said = "spark: ERROR TaskSchedulerImpl: a scheduler error of another kind"
+    assert said in run.stderr, run.stderr
 
 
 @pytest.mark.parametrize("partition_bytes", [None, 1], ids=["one task", "a task per file"])
