@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 from pathlib import Path
 
 import click
@@ -270,6 +271,34 @@ def test_a_dangling_link_named_like_a_data_file_is_no_traceback(
     else:
         assert code == 1, output
         assert "open in another process" in output, output
+
+
+def test_check_index_inspects_a_copy_of_a_held_store_and_leaves_the_holder_alone(
+    tmp_path: Path, store_dir: Path
+) -> None:
+    # A backup taken while the store was open: its LOCK names a live process that
+    # holds the original, not the copy.
+    copy = tmp_path / "backup"
+    holder = start_holder(store_dir)
+    try:
+        shutil.copytree(store_dir, copy)
+        assert (copy / "LOCK").read_text().strip() == str(holder.pid)
+        code, output = _run(main, ["check", "--index", str(copy)])
+        assert code == 0, output
+        assert "open in process" not in output
+        assert output.splitlines()[-1] == "ok"
+        code, output = _run(main, ["check", "--index", str(store_dir)])
+        assert code == 0, output
+        assert f"index not checked: the store is open in process {holder.pid}" in output
+        # Asking twice left the holder's lock where it was.
+        with pytest.raises(msgcask.StoreLockedError, match=f"pid {holder.pid}"):
+            msgcask.open(store_dir, compaction_interval=None)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(60)
+    with msgcask.open(copy, compaction_interval=None) as store:
+        assert [m.body for m in store.queue("held").browse()] == [b"by the holder"]
 
 
 @pytest.mark.parametrize("index", [[], ["--index"]])

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,7 +51,10 @@ def test_lock_records_the_holder_pid(lock_path: str) -> None:
     lock = StoreLock(lock_path)
     try:
         assert Path(lock_path).read_text().strip() == str(os.getpid())
-        assert lock_holder(lock_path) == os.getpid()
+        assert lock_holder(lock_path) == f"process {os.getpid()}"
+        # Asking, in the holder's own process, left the holder's lock in place.
+        with pytest.raises(msgcask.StoreLockedError):
+            StoreLock(lock_path)
     finally:
         lock.release()
 
@@ -62,7 +67,7 @@ def test_second_lock_in_the_same_process_is_refused(lock_path: str) -> None:
         ):
             StoreLock(lock_path)
         # The refused attempt must not have disturbed the holder's record.
-        assert lock_holder(lock_path) == os.getpid()
+        assert lock_holder(lock_path) == f"process {os.getpid()}"
     finally:
         lock.release()
 
@@ -72,7 +77,10 @@ def test_lock_in_another_process_is_refused_naming_its_pid(
 ) -> None:
     with pytest.raises(msgcask.StoreLockedError, match=f"pid {other_process.pid}"):
         StoreLock(lock_path)
-    assert lock_holder(lock_path) == other_process.pid
+    assert lock_holder(lock_path) == f"process {other_process.pid}"
+    # Asking did not release it.
+    with pytest.raises(msgcask.StoreLockedError, match=f"pid {other_process.pid}"):
+        StoreLock(lock_path)
 
 
 def test_lock_is_free_again_after_the_other_process_exits(
@@ -103,6 +111,54 @@ def test_no_lock_file_means_no_holder(tmp_path: Path) -> None:
 def test_a_lock_without_a_valid_pid_has_no_holder(lock_path: str, content: bytes) -> None:
     Path(lock_path).write_bytes(content)
     assert lock_holder(lock_path) is None
+
+
+def test_a_copied_lock_naming_a_live_process_has_no_holder(
+    tmp_path: Path, lock_path: str, other_process: subprocess.Popen[str]
+) -> None:
+    # As in a backup taken while the store was open: the pid is alive, the copy unlocked.
+    copy = tmp_path / "copy-LOCK"
+    copy.write_bytes(Path(lock_path).read_bytes())
+    assert copy.read_text().strip() == str(other_process.pid)
+    assert lock_holder(str(copy)) is None
+    assert lock_holder(lock_path) == f"process {other_process.pid}"
+
+
+@pytest.mark.parametrize("content", [b"", b"pid\n", f"{2**31 - 2}\n".encode()])
+def test_a_held_lock_without_a_live_pid_is_held_by_another_process(
+    lock_path: str, content: bytes
+) -> None:
+    # An opener between taking the lock and writing its pid, or a forked child
+    # holding the lock of a parent that exited.
+    holder = os.open(lock_path, os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(holder, content)
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        assert lock_holder(lock_path) == "another process"
+    finally:
+        os.close(holder)
+
+
+def test_an_opener_waits_out_the_instant_a_probe_holds_the_lock(
+    lock_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # lock_holder holds a shared lock for an instant: an open then must not be refused.
+    probe = os.open(lock_path, os.O_RDONLY | os.O_CREAT)
+    fcntl.flock(probe, fcntl.LOCK_SH)
+    waits: list[float] = []
+
+    def probe_lets_go(seconds: float) -> None:
+        waits.append(seconds)
+        fcntl.flock(probe, fcntl.LOCK_UN)
+
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(time, "sleep", probe_lets_go)
+            lock = StoreLock(lock_path)
+    finally:
+        os.close(probe)
+    lock.release()
+    assert waits, "the open did not meet the probe's lock"
 
 
 def test_a_lock_that_is_a_directory_has_no_holder(lock_path: str) -> None:

@@ -139,7 +139,7 @@ def check(path: str, index: bool, max_file_size: int | None) -> None:
         except msgcask.Error as e:  # reported after the files' problems, which explain it
             failed = e
     elif index:
-        click.echo(f"index not checked: the store is open in process {holder}")
+        click.echo(f"index not checked: the store is open in {holder}")
     click.echo(f"{len(report.live_ids)} live messages in {len(report.files)} data files")
     for problem in problems:
         click.echo(f"PROBLEM: {problem}", err=True)

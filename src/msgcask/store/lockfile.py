@@ -6,10 +6,15 @@ import contextlib
 import fcntl
 import os
 import stat
+import time
 
 from msgcask.errors import StoreLockedError
 
 MAX_PID = 2**31 - 1  # the largest pid_t
+# lock_holder holds a shared lock for an instant to see whether the lock is free: an
+# opener that meets it then tries again for this long before it gives up.
+PROBE_GRACE = 0.05  # seconds
+PROBE_RETRY = 0.002  # seconds between two tries
 
 
 class StoreLock:
@@ -23,9 +28,7 @@ class StoreLock:
         self.path = path
         self.created = not os.path.exists(path)  # by this open (a failed open removes it)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not self._try_lock():
             holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "unknown"
             os.close(self.fd)
             where = (
@@ -39,6 +42,18 @@ class StoreLock:
             ) from None
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def _try_lock(self) -> bool:
+        """Take the lock, or say it is held (past the instant a probe holds it)."""
+        deadline = time.monotonic() + PROBE_GRACE
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(PROBE_RETRY)
 
     def release(self, *, remove_if_created: bool = False) -> None:
         """Give the lock up. ``remove_if_created`` (an open that failed) also
@@ -55,31 +70,51 @@ class StoreLock:
             self.fd = -1
 
 
-def lock_holder(path: str) -> int | None:
-    """The pid holding the lock at ``path``, or None if nobody seems to hold it.
+def lock_holder(path: str) -> str | None:
+    """Who holds the lock at ``path`` ("process 1234"), or None if nobody does.
 
-    Reads the pid the holder wrote and asks whether that process exists; it
-    never takes the lock itself, so it cannot get in an opener's way. A LOCK
-    that cannot be read (missing, a directory, a pipe) or holds no valid pid has no
-    live holder: no open could have written it, and opening says what is wrong.
+    Asks the lock itself, not the pid written in it: a copy of a store made while
+    it was open names a live process that holds nothing. It tries a shared
+    ``flock`` on a file description of its own, without waiting, and gives it up
+    at once (an opener meeting it waits that instant out). flock locks belong to
+    an open file description, so closing this one leaves a holder's lock alone,
+    in this process too. A LOCK that cannot be opened or is not a regular file
+    (a directory, a pipe) has no holder: no open could have locked it, and opening
+    says what is wrong.
     """
     try:
-        # Opening a pipe would wait for a writer: only a regular file is read.
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        with open(path, "rb") as f:
-            text = f.read(64).decode(errors="replace").strip()
+        # O_NONBLOCK: opening a pipe would otherwise wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
-    if not (text.isascii() and text.isdigit()):  # isdigit() alone takes "²", int() not
-        return None
-    pid = int(text)
-    if not 0 < pid <= MAX_PID:  # kill(0) asks about our own group; past pid_t overflows
-        return None
     try:
-        os.kill(pid, 0)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder_named_in(os.pread(fd, 64, 0))
+        except OSError:
+            return None  # a file system without flock: the open says so
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _holder_named_in(text: bytes) -> str:
+    """The holder as LOCK names it: its pid once it has written it (an opener
+    writes it just after taking the lock), if that process exists."""
+    pid = text.decode(errors="replace").strip()
+    if not (pid.isascii() and pid.isdigit()):  # isdigit() alone takes "²", int() not
+        return "another process"
+    if not 0 < int(pid) <= MAX_PID:  # kill(0) asks about our own group; past pid_t overflows
+        return "another process"
+    try:
+        os.kill(int(pid), 0)
     except ProcessLookupError:
-        return None  # a holder that died without cleaning up (kill -9)
+        # A parent that exited, leaving the lock to a child it forked.
+        return "another process"
     except PermissionError:
         pass  # exists, owned by someone else
-    return pid
+    return f"process {pid}"
