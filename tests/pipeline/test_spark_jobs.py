@@ -322,6 +322,13 @@ def test_the_commands_write_what_they_report(spark: Any, tmp_path: Path, scaled:
     assert len(spark.read.json(str(out)).collect()) == len(dlq)
     again = runner.invoke(main, args)
     assert again.exit_code != 0 and "--overwrite" in again.output
+    # --queue exports a queue's live messages, which are not dead letters.
+    result = runner.invoke(main, [*args, "--queue", "orders", "--queue", "orders", "--overwrite"])
+    assert result.exit_code == 0, result.output
+    exported = len(spark.read.json(str(out)).collect())
+    assert exported > len(dlq)
+    assert f"{exported} live messages of queue orders written to {out} (json)" in result.output
+    assert "dead letters" not in result.output
 
 
 def test_bad_options_are_refused_with_what_to_do(spark: Any, tmp_path: Path) -> None:

@@ -174,7 +174,15 @@ def dead_letters(
     except ValueError as e:
         raise click.ClickException(str(e).replace("overwrite it", "pass --overwrite")) from e
     count = export_dead_letters(_spark(master), path, out, fmt, names, overwrite)
-    click.echo(f"{count} dead letters written to {out} ({fmt})")
+    # --queue exports every live message of those queues, dead letter or not.
+    what = "dead letters" if names is None else f"live messages of {_queues(names)}"
+    click.echo(f"{count} {what} written to {out} ({fmt})")
+
+
+def _queues(names: list[str]) -> str:
+    """'queue DLQ.a' or 'queues DLQ.a, DLQ.b', once each."""
+    unique = list(dict.fromkeys(names))
+    return f"queue{'s' if len(unique) > 1 else ''} {', '.join(unique)}"
 
 
 class _NumberList(click.ParamType):
