@@ -382,11 +382,11 @@ def test_the_sweep_command(spark: Any, tmp_path: Path) -> None:
     rows = json.loads(out.read_text())["rows"]
     assert len(rows) == 2  # the default file sizes
     assert f"{rows[0]['records']} records replayed per setting" in result.output
-    for bad, says in [("0.5,abc", "comma-separated list"), ("1.5", "must be in (0, 1]")]:
+    for bad, says in [("0.5,abc", "'abc' is not a number"), ("1.5", "must be in (0, 1]")]:
         result = runner.invoke(main, [*base, "--thresholds", bad])
         assert result.exit_code == 2 and says in result.output, result.output
     result = runner.invoke(main, [*base, "--file-sizes", "1000"])
-    assert result.exit_code == 2 and "max_file_size must be" in result.output
+    assert result.exit_code == 2 and "1000 bytes is too small" in result.output
     result = runner.invoke(main, [*base, "--json", str(tmp_path / "nowhere" / "s.json")])
     assert result.exit_code == 2 and "its directory does not exist" in result.output
     with msgcask.open(
@@ -492,12 +492,13 @@ def test_bad_command_input_is_refused_before_spark_starts(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("option", "value", "says"),
     [
-        ("--thresholds", "0.5,abc", "a comma-separated list of numbers, not '0.5,abc'"),
+        ("--thresholds", "0.5,abc", "'abc' is not a number"),
         ("--thresholds", "nan", "compaction_threshold must be finite"),
         ("--thresholds", "2", "compaction_threshold must be in (0, 1]"),
         ("--thresholds", ",", "',' holds no value: give at least one"),
-        ("--file-sizes", "64KiB", "a comma-separated list of whole numbers"),
-        ("--file-sizes", "65536,0", "max_file_size must be 65536 to 2147483648 bytes, got 0"),
+        ("--file-sizes", "64KiB,big", "'big' is not a size (bytes, or with KiB/MiB/GiB)"),
+        ("--file-sizes", "65536,0", "0 bytes is too small; msgcask takes data files of 64 KiB"),
+        ("--file-sizes", "3GiB", "3221225472 bytes is too large; msgcask takes data files of"),
     ],
 )
 def test_a_bad_sweep_setting_is_refused_naming_its_option_before_spark(
@@ -514,6 +515,37 @@ def test_a_bad_sweep_setting_is_refused_naming_its_option_before_spark(
     result = CliRunner().invoke(main, ["pipeline", "sweep", str(rec), option, value])
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '{option}': {says}" in result.output
+
+
+class _Swept(Exception):
+    """Raised in place of the replays, carrying the settings they were given."""
+
+
+@pytest.mark.parametrize(
+    ("value", "sizes"),
+    [
+        ("64KiB,1MiB", [65536, 2**20]),
+        ("65536, 256k", [65536, 262144]),
+        ("2GiB", [2**31]),
+    ],
+)
+def test_sweep_file_sizes_take_units_as_every_size_option_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, sizes: list[int]
+) -> None:
+    import msgcask.cli.pipeline as cli_pipeline
+    from msgcask.pipeline import sweep
+
+    def no_replays(spark: object, recording: str, grid: list[Any], pass_every: int) -> None:
+        raise _Swept(grid)
+
+    monkeypatch.setattr(cli_pipeline, "_spark", lambda master: None)
+    monkeypatch.setattr(sweep, "replays", no_replays)
+    rec = tmp_path / "rec"
+    pinned_store(rec, lambda n: 50)
+    args = ["pipeline", "sweep", str(rec), "--thresholds", "0.5", "--file-sizes", value]
+    result = CliRunner().invoke(main, args)
+    assert isinstance(result.exception, _Swept), result.output
+    assert [s.max_file_size for s in result.exception.args[0]] == sizes
 
 
 def test_a_job_that_fails_in_spark_ends_with_one_line(spark: Any, tmp_path: Path) -> None:

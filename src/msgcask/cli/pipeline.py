@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from msgcask.cli.bench import FILE_SIZE
 from msgcask.errors import Error
 from msgcask.options import check_threshold
 from msgcask.pipeline.failures import job_failure, spark_cause
@@ -22,7 +23,6 @@ from msgcask.pipeline.files import list_data_files
 from msgcask.pipeline.outputs import check_report, check_spark_output
 from msgcask.pipeline.replay import DEFAULT_PASS_EVERY
 from msgcask.pipeline.session import DEFAULT_MASTER, QUIET_CONF, TERMINAL_CONF, spark_session
-from msgcask.pipeline.sweep import check_file_size
 
 MASTER = click.option(
     "--master",
@@ -185,33 +185,46 @@ def _queues(names: list[str]) -> str:
     return f"queue{'s' if len(unique) > 1 else ''} {', '.join(unique)}"
 
 
-class _NumberList(click.ParamType):
-    """A comma-separated list of numbers, each checked by ``check`` as
-    ``msgcask.open`` checks its setting: a bad one is refused naming the option."""
+class _ListOf(click.ParamType):
+    """A comma-separated list, each value read by ``item``: a bad one is refused
+    naming the option."""
 
     name = "list"
 
-    def __init__(self, kind: type, check: Callable[[Any], None]) -> None:
-        self.kind, self.check = kind, check
+    def __init__(self, item: click.ParamType) -> None:
+        self.item = item
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> list[Any]:
         if isinstance(value, list):
             return value
-        try:
-            numbers = [self.kind(part) for part in str(value).split(",") if part.strip()]
-        except ValueError:
-            kind_name = "whole numbers" if self.kind is int else "numbers"
-            self.fail(f"a comma-separated list of {kind_name}, not {value!r}", param, ctx)
-        if not numbers:
+        parts = [part.strip() for part in str(value).split(",") if part.strip()]
+        if not parts:
             self.fail(f"{value!r} holds no value: give at least one", param, ctx)
-        for number in numbers:
-            try:
-                self.check(number)
-            except (TypeError, ValueError) as e:
-                self.fail(str(e), param, ctx)
-        return numbers
+        return [self.item.convert(part, param, ctx) for part in parts]
+
+
+class _Setting(click.ParamType):
+    """A number checked by ``check`` as ``msgcask.open`` checks that setting."""
+
+    name = "number"
+
+    def __init__(self, check: Callable[[float], None]) -> None:
+        self.check = check
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            number = float(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not a number", param, ctx)
+        try:
+            self.check(number)
+        except (TypeError, ValueError) as e:
+            self.fail(str(e), param, ctx)
+        return number
 
 
 @pipeline.command()
@@ -219,17 +232,17 @@ class _NumberList(click.ParamType):
 @MASTER
 @click.option(
     "--thresholds",
-    type=_NumberList(float, lambda t: check_threshold("compaction_threshold", t)),
+    type=_ListOf(_Setting(lambda t: check_threshold("compaction_threshold", t))),
     default="0.25,0.5,0.75",
     show_default=True,
     help="compaction_threshold values, comma-separated.",
 )
 @click.option(
     "--file-sizes",
-    type=_NumberList(int, check_file_size),
-    default="262144,1048576",
+    type=_ListOf(FILE_SIZE),  # as every other size option reads it
+    default="256KiB,1MiB",
     show_default=True,
-    help="max_file_size values in bytes, comma-separated.",
+    help="max_file_size values, comma-separated, 64 KiB to 2 GiB, in bytes or with KiB/MiB/GiB.",
 )
 @click.option(
     "--pass-every",
