@@ -222,6 +222,13 @@ def test_bench_refuses_a_size_mix_batch_too_big_for_a_data_file_before_running(
         (["drain-history", "--fill", str(10**16)], "fill must be at most 1,000,000,000,000,000"),
         (["drain-history", "--repeat", str(10**16)], "repeat must be at most 1,000,000"),
         (["priority-pin", "--rounds", str(10**16)], "rounds must be at least 1 and at most"),
+        # One message in P is pinned, index P - 1 first: a P past -n pins none.
+        (
+            ["dlq-heavy", "--pin-every", str(10**23)],
+            "pin_every must be at most messages (200,000), or the run pins no message",
+        ),
+        (["selector-skip", "-n", "10", "--pin-every", "11"], "pin_every must be at most messages"),
+        (["dlq-heavy", "--pin-every", "1"], "pin_every must be at least 2"),
         # An option the workload does not read: the run ignored it.
         (["steady", "--window", "5"], "--window is read by slow-consumer only; steady does"),
         (["steady", "--rounds", "3"], "--rounds is read by priority-pin only; steady does"),
@@ -268,6 +275,7 @@ def _record_run(cfg: RunConfig, *args: object, **kwargs: object) -> None:
         ["drain-history", "-n", "5", "--fill", "5", "--repeat", "2"],
         ["dlq-heavy", "-n", "10", "--pin-every", "3", "--max-deliveries", "2"],
         ["selector-skip", "-n", "10", "--pin-every", "3"],
+        ["selector-skip", "-n", "10", "--pin-every", "10"],  # pins message 9, the last
         ["steady", "-n", "10", "--compaction", "both", "--compaction-interval", "5"],
         ["steady", "-n", "10", "--crash-messages", "5"],
         ["steady", "-n", "10", "--size-mix", "--no-reopen"],

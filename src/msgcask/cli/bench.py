@@ -254,7 +254,7 @@ def _refuse_unread_options(ctx: click.Context, workload: str, compaction: str) -
     "--pin-every",
     type=int,
     default=None,
-    help="P: pin 1 message in P [dlq-heavy 1000, selector-skip 500].",
+    help="P: pin 1 message in P, 2 to N [dlq-heavy 1000, selector-skip 500].",
 )
 @click.option(
     "--batch",

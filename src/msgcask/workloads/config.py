@@ -151,6 +151,13 @@ class RunConfig:
             )
         if self.pin_every is not None and self.pin_every < 2:
             raise ValueError("pin_every must be at least 2")
+        pins = self.workload in READ_BY["pin_every"]
+        if pins and self.pin_every is not None and self.pin_every > self.messages:
+            # Message i is pinned when i % P == P - 1: a P past N pins none of the N.
+            raise ValueError(
+                f"pin_every must be at most messages ({self.messages:,}), or the run pins "
+                f"no message; not {self.pin_every}"
+            )
         if self.rounds is not None and not 1 <= self.rounds <= MAX_COUNT:
             raise ValueError(f"rounds must be at least 1 and at most {MAX_COUNT:,}")
         # Before the batch check, which slices the run per producer.
