@@ -45,7 +45,9 @@ def encode_headers(headers: Mapping[str, str] | None) -> bytes:
 
 
 def decode_headers(data: Buffer) -> dict[str, str]:
-    """Inverse of ``encode_headers``; raises ValueError on malformed input."""
+    """Inverse of ``encode_headers``. Malformed input raises ValueError (a key or
+    value that is not UTF-8, bytes left over or missing) or struct.error (a block
+    that ends inside a length field)."""
     if not data:
         return {}
     view = memoryview(data)
