@@ -346,6 +346,17 @@ def test_bad_options_are_refused_with_what_to_do(spark: Any, tmp_path: Path) -> 
         export_dead_letters(spark, str(tmp_path), str(tmp_path / "x"), fmt="csv")
 
 
+def test_an_option_the_source_does_not_have_is_refused_not_ignored(
+    spark: Any, tmp_path: Path
+) -> None:
+    pinned_store(tmp_path, lambda n: 50)
+    for name in ("partiton_bytes", "payloads", "pathGlobFilter"):
+        with pytest.raises(Exception, match=rf"has no option '{name.lower()}': its options are"):
+            spark.read.format("msgcask").option(name, "1").load(str(tmp_path)).count()
+    rows = spark.read.format("msgcask").option("PAYLOAD", "true").load(str(tmp_path))
+    assert "body" in rows.columns  # option names are Spark's: any case
+
+
 def test_the_sweep_is_a_replay_per_setting(spark: Any, tmp_path: Path) -> None:
     from test_replay import record
 

@@ -11,6 +11,7 @@ Options: ``payload`` ("false" by default): "true" adds the ``body`` column;
 ``partition_bytes`` (64 MiB): data-file bytes one task reads, in whole files;
 ``deleted`` ("fail" by default): "row" makes a listed file that the store
 deletes before its task reads it a ``deleted`` row instead of failing the job.
+Any other option is refused.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ BATCH_ROWS = 8192  # rows per Arrow batch a task hands to Spark, at most
 BATCH_BYTES = 64 * 2**20  # record bytes per Arrow batch, about
 _TYPE, _SIZE = AT["type"], AT["size"]
 DEFAULT_PARTITION_BYTES = 64 * 2**20  # data-file bytes per task (one file at least)
+# Spark hands a source every option it was given, misspelt or meant for another
+# source (pathGlobFilter, say): one not named here would be ignored without a word.
+OPTIONS = ("path", "payload", "partition_bytes", "deleted")
 
 
 def _choice(options: dict[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
@@ -51,6 +55,12 @@ class MsgcaskDataSource(DataSource):
         if not options.get("path"):
             raise ValueError(
                 'the msgcask data source reads one store: spark.read.format("msgcask").load(dir)'
+            )
+        unknown = sorted(set(map(str.lower, options)) - set(OPTIONS))
+        if unknown:
+            raise ValueError(
+                f"the msgcask data source has no option {', '.join(map(repr, unknown))}: "
+                f"its options are {', '.join(OPTIONS[1:])} (the store's directory is load(dir))"
             )
         self.payload = _choice(options, "payload", ("true", "false"), "false") == "true"
         self.deleted_row = _choice(options, "deleted", ("fail", "row"), "fail") == "row"
