@@ -357,6 +357,18 @@ def test_an_option_the_source_does_not_have_is_refused_not_ignored(
     assert "body" in rows.columns  # option names are Spark's: any case
 
 
+def test_a_schema_other_than_the_rows_own_is_refused_before_a_task_runs(
+    spark: Any, tmp_path: Path
+) -> None:
+    pinned_store(tmp_path, lambda n: 50)
+    with pytest.raises(Exception, match="columns are fixed") as refused:
+        spark.read.format("msgcask").schema("msg_id BIGINT").load(str(tmp_path)).count()
+    assert "Python worker" not in str(refused.value)  # refused while planning, not in a task
+    own = spark.read.format("msgcask").load(str(tmp_path))
+    same = spark.read.format("msgcask").schema(own.schema).load(str(tmp_path))
+    assert same.count() == own.count()
+
+
 def test_the_sweep_is_a_replay_per_setting(spark: Any, tmp_path: Path) -> None:
     from test_replay import record
 

@@ -11,7 +11,7 @@ Options: ``payload`` ("false" by default): "true" adds the ``body`` column;
 ``partition_bytes`` (64 MiB): data-file bytes one task reads, in whole files;
 ``deleted`` ("fail" by default): "row" makes a listed file that the store
 deletes before its task reads it a ``deleted`` row instead of failing the job.
-Any other option is refused.
+Any other option is refused, and so is a ``.schema(...)`` other than the rows' own.
 """
 
 from __future__ import annotations
@@ -79,8 +79,20 @@ class MsgcaskDataSource(DataSource):
         return schema(self.payload)
 
     def reader(self, schema: Any) -> DataSourceReader:
+        check_schema(schema, self.payload)
         files = list_data_files(self.options["path"])
         return MsgcaskReader(files, self.payload, self.partition_bytes, self.deleted_row)
+
+
+def check_schema(given: Any, payload: bool) -> None:
+    """Refuse a schema given with ``.schema(...)`` that is not the rows' own: the
+    rows do not change to fit it, and the job would fail in a worker instead."""
+    wanted = [(n, t.replace(" ", "").lower()) for n, t in COLUMNS if payload or n != BODY]
+    if [(f.name, f.dataType.simpleString()) for f in given.fields] != wanted:
+        raise ValueError(
+            "the msgcask data source's columns are fixed (docs/pipeline.md): leave out "
+            ".schema(...) and select the columns wanted from the rows"
+        )
 
 
 class FilesPartition(InputPartition):
