@@ -630,6 +630,31 @@ def test_the_jobs_take_a_pathlib_path_and_refuse_what_is_no_path(
         export_dead_letters(spark, store, None)  # type: ignore[arg-type]
 
 
+def test_the_jobs_refuse_a_spark_that_is_no_session(spark: Any, tmp_path: Path) -> None:
+    from test_replay import record
+
+    from msgcask.pipeline.replay import Setting
+    from msgcask.pipeline.sweep import replays, sweep
+
+    store, rec, out = tmp_path / "store", tmp_path / "rec", tmp_path / "out"
+    pinned_store(store, lambda n: 300)
+    record(rec, 20)
+    grid = [Setting(0.5, SMALL)]
+    jobs: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [
+        (read_rows, (store,)),
+        (audit, (store,)),
+        (dead_letters, (store,)),
+        (export_dead_letters, (store, out)),
+        (sweep, (str(rec), grid)),
+        (replays, (str(rec), grid, 10)),
+    ]
+    for not_a_session in (None, "local[2]", spark.sparkContext):
+        for job, args in jobs:
+            with pytest.raises(TypeError, match=r"spark is a SparkSession \(.*spark_session\(\)"):
+                job(not_a_session, *args)
+    assert not out.exists()
+
+
 def test_the_sweep_refuses_a_bad_setting_before_spark_runs_it(spark: Any, tmp_path: Path) -> None:
     from test_replay import record
 

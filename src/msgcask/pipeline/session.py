@@ -12,7 +12,7 @@ import os
 import shutil
 import socket
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit
 
 from msgcask.errors import Error
@@ -147,3 +147,18 @@ def spark_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = No
     spark = builder.getOrCreate()
     spark.dataSource.register(MsgcaskDataSource)
     return spark
+
+
+def check_session(spark: object) -> SparkSession:
+    """``spark``, or a TypeError saying how to get one unless it is a SparkSession."""
+    from pyspark.sql import SparkSession
+
+    kind = type(spark)
+    # A Spark Connect session is a class of its own (importing it needs grpc).
+    connect = kind.__module__.startswith("pyspark.sql.connect") and kind.__name__ == "SparkSession"
+    if not (isinstance(spark, SparkSession) or connect):
+        raise TypeError(
+            "spark is a SparkSession (msgcask.pipeline.session.spark_session() starts one), "
+            f"not {kind.__name__}: {spark!r}"
+        )
+    return cast("SparkSession", spark)

@@ -19,6 +19,7 @@ from msgcask.pipeline.replay import (
     replay,
     whole_journal,
 )
+from msgcask.pipeline.session import check_session
 from msgcask.store.format import FILE_HEADER_SIZE
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ def sweep(
     recording and the grid are checked on the driver first
     (``check_recording``), before any task starts. Replay a recording nothing
     writes any more: each task reads it when it runs."""
+    check_session(spark)
     check_pass_every(pass_every)
     check_recording(recording, grid)
     return replays(spark, recording, grid, pass_every)
@@ -106,6 +108,7 @@ def replays(spark: SparkSession, recording: str, grid: list[Setting], pass_every
     """``sweep``'s job, for a recording and grid ``check_recording`` already
     passed: that check parses the whole recording on the driver, so a caller
     that checks before it starts Spark (the command) need not parse it again."""
+    check_session(spark)
     # Each task opens the recording itself, in its executor's working directory
     # (on a cluster, not the command's): a relative path is resolved here.
     recording = os.path.abspath(recording)
