@@ -64,6 +64,43 @@ def index_view(path: Path) -> tuple[dict[int, tuple[int, int, int]], dict[int, m
     return files, dlq
 
 
+_SESSION_OF_ITS_OWN = """
+import sys
+
+from pyspark.sql import SparkSession
+
+from msgcask.pipeline.audit import audit
+from msgcask.pipeline.session import QUIET_CONF
+
+builder = SparkSession.builder.master("local[1]")
+for key, value in QUIET_CONF.items():
+    builder = builder.config(key, value)
+spark = builder.getOrCreate()
+print(audit(spark, sys.argv[1]).totals["live_messages"])
+spark.stop()
+"""
+
+
+def test_the_jobs_take_a_session_made_without_spark_session(
+    spark_runtime: None, tmp_path: Path
+) -> None:
+    """A session of the caller's own builder has no msgcask data source until
+    a job registers it. In a process of its own: the fixture's session has it."""
+    pinned_store(tmp_path, lambda n: 300)
+    with msgcask.open(tmp_path, max_file_size=SMALL, compaction_interval=None) as store:
+        live = store.stats().live_messages
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    run = subprocess.run(
+        [sys.executable, "-c", _SESSION_OF_ITS_OWN, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == [str(live)]
+
+
 @pytest.mark.parametrize("partition_bytes", [None, 1], ids=["one task", "a task per file"])
 def test_the_audit_equals_the_index_file_by_file(
     spark: Any, tmp_path: Path, scaled: Any, partition_bytes: int | None

@@ -20,13 +20,13 @@ def read_rows(
     """The ``msgcask`` source's rows of the store at ``path`` (``partition_bytes``:
     the source's option of that name, its default if None; ``deleted_rows``: a
     file the store deletes before it is read is a ``deleted`` row, where it
-    otherwise fails the job). A ``spark`` that is no SparkSession, a path that
-    is no store, a ``payload`` or
+    otherwise fails the job). Any SparkSession will do: the source is registered
+    on it. A ``spark`` that is no SparkSession, a path that is no store, a ``payload`` or
     ``deleted_rows`` that is no bool, or a bad ``partition_bytes``, raises here
     (``msgcask.Error``, ``ValueError``, ``TypeError``) rather than from inside
     Spark's planner."""
     from msgcask.pipeline.files import list_data_files, path_text
-    from msgcask.pipeline.session import check_session
+    from msgcask.pipeline.session import with_source
 
     path = path_text(path, "the store")
     for name, flag in (("payload", payload), ("deleted_rows", deleted_rows)):
@@ -39,7 +39,7 @@ def read_rows(
         or partition_bytes <= 0
     ):
         raise ValueError(f"partition_bytes is a number of bytes > 0, not {partition_bytes!r}")
-    check_session(spark)  # after the arguments: what they are is said whatever spark is
+    spark = with_source(spark)  # after the arguments: what they are is said whatever spark is
     reader = spark.read.format("msgcask").option("payload", str(payload).lower())
     if deleted_rows:
         reader = reader.option("deleted", "row")

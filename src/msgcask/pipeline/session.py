@@ -135,8 +135,6 @@ def spark_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = No
     check_master_answers(master)
     from pyspark.sql import SparkSession
 
-    from msgcask.pipeline.source import MsgcaskDataSource
-
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
@@ -144,9 +142,7 @@ def spark_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = No
     builder = SparkSession.builder.master(master).appName("msgcask")
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.dataSource.register(MsgcaskDataSource)
-    return spark
+    return with_source(builder.getOrCreate())
 
 
 def check_session(spark: object) -> SparkSession:
@@ -162,3 +158,20 @@ def check_session(spark: object) -> SparkSession:
             f"not {kind.__name__}: {spark!r}"
         )
     return cast("SparkSession", spark)
+
+
+def with_source(spark: object) -> SparkSession:
+    """``spark``, checked (``check_session``), with the ``msgcask`` data source
+    registered: a session made another way (by its own builder)
+    does not have it, and Spark would say so with a Java stack."""
+    from pyspark.errors import AnalysisException
+
+    from msgcask.pipeline.source import MsgcaskDataSource
+
+    session = check_session(spark)
+    try:
+        session.dataSource.register(MsgcaskDataSource)
+    except AnalysisException as e:  # Spark keeps the first registration of a name
+        if e.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
+            raise
+    return session
