@@ -783,3 +783,25 @@ def test_a_dead_letter_with_several_put_records_is_the_one_recovery_keeps(
     row = rows[0]
     assert (row["msg_id"], row["file_id"], row["offset"]) == (7, 1, fmt.FILE_HEADER_SIZE)
     assert row["deliveries"] == 2
+
+
+def test_replays_refuse_what_their_tasks_would_fail_on_before_spark_runs_them(
+    spark: Any, tmp_path: Path
+) -> None:
+    from test_replay import record
+
+    from msgcask.pipeline.replay import Setting
+    from msgcask.pipeline.sweep import replays
+
+    rec = str(tmp_path / "rec")
+    record(Path(rec), 20)
+    grid = [Setting(0.5, SMALL)]
+    for bad, error in [
+        ((rec, grid, 0), ValueError("pass_every is a whole number of records > 0")),
+        ((rec, [Setting(2.0, SMALL)], 10), ValueError(r"compaction_threshold must be in \(0, 1\]")),
+        ((rec, [], 10), ValueError("a sweep needs at least one setting")),
+        ((str(tmp_path / "missing"), grid, 10), msgcask.Error("is not a directory")),
+    ]:
+        with pytest.raises(type(error), match=str(error)) as refused:
+            replays(spark, *bad)  # no collect(): refused before any task
+        assert "Python worker" not in str(refused.value)

@@ -107,8 +107,14 @@ def sweep(
 def replays(spark: SparkSession, recording: str, grid: list[Setting], pass_every: int) -> DataFrame:
     """``sweep``'s job, for a recording and grid ``check_recording`` already
     passed: that check parses the whole recording on the driver, so a caller
-    that checks before it starts Spark (the command) need not parse it again."""
+    that checks before it starts Spark (the command) need not parse it again.
+    What costs no parse is checked here too, so that a mistake is said on the
+    driver and not by every task: the grid, ``pass_every``, and the recording's
+    files (a whole journal)."""
     check_session(spark)
+    check_pass_every(pass_every)
+    check_grid(grid)
+    whole_journal(recording)
     # Each task opens the recording itself, in its executor's working directory
     # (on a cluster, not the command's): a relative path is resolved here.
     recording = os.path.abspath(recording)
