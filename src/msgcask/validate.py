@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from msgcask.store import format as fmt
 
@@ -100,3 +101,12 @@ def timeout(value: object) -> float | None:
     if value > threading.TIMEOUT_MAX:  # longer than any wait can be: wait for good
         return None
     return float(value)
+
+
+def sequence(name: str, value: object, what: str) -> list[Any]:
+    """``value``, an iterable of several values, as a list; a TypeError saying
+    that ``name`` is a list of ``what`` for a str (whose characters would be
+    taken one by one), bytes, or anything that is not iterable."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} is a list of {what}, not {type(value).__name__}: {value!r}")
+    return list(value)

@@ -166,3 +166,25 @@ def test_a_pass_starts_early_when_one_is_due_as_in_the_store(tmp_path: Path) -> 
     recorded = sum(f.size for f in whole_journal(str(tmp_path / "rec")))
     assert result.passes > 3
     assert result.max_data_bytes < recorded / 3
+
+
+def test_sweep_arguments_of_the_wrong_kind_are_type_errors_saying_what_to_pass(
+    tmp_path: Path,
+) -> None:
+    from msgcask.pipeline.sweep import settings
+
+    for thresholds, file_sizes, error in [
+        (0.5, [SMALL], "thresholds is a list of compaction_threshold values, not float"),
+        (None, [SMALL], "thresholds is a list of compaction_threshold values, not NoneType"),
+        ("0.5", [SMALL], "thresholds is a list of compaction_threshold values, not str"),
+        ([0.5], SMALL, r"file_sizes is a list of max_file_size values \(bytes\), not int"),
+    ]:
+        with pytest.raises(TypeError, match=error):
+            settings(thresholds, file_sizes)  # type: ignore[arg-type]
+    assert settings((t for t in [1, 0.5]), (SMALL,)) == [Setting(0.5, SMALL), Setting(1.0, SMALL)]
+    record(tmp_path, 20)
+    with pytest.raises(TypeError, match=r"the recording is a path \(a str or a pathlib.Path\)"):
+        replay(5, Setting(0.5, SMALL))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"setting is a Setting\(compaction_threshold, max_file"):
+        replay(str(tmp_path), (0.5, SMALL))  # type: ignore[arg-type]
+    assert replay(tmp_path, Setting(0.5, SMALL)).records > 0

@@ -10,7 +10,6 @@ queues named (a dead-letter queue that also receives messages by other means).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from msgcask import validate
@@ -42,11 +41,9 @@ def check_queues(queues: object) -> list[str] | None:
     A name no queue can have, or none at all, would only ever export nothing."""
     if queues is None:
         return None
-    if isinstance(queues, (str, bytes)) or not isinstance(queues, Iterable):
-        raise TypeError(
-            f"queues is a list of queue names (or None), not {type(queues).__name__}: {queues!r}"
-        )
-    names = [validate.queue_name(q) for q in queues]
+    names = [
+        validate.queue_name(q) for q in validate.sequence("queues", queues, "queue names (or None)")
+    ]
     if not names:
         raise ValueError(
             "queues=[] names no queue: pass None to export the dead letters (by their "

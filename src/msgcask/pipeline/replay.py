@@ -24,6 +24,7 @@ and damaged records cannot be read: both are counted too.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -33,7 +34,7 @@ from typing import Any
 import msgcask
 from msgcask.errors import Error, MessageTooLargeError
 from msgcask.options import MAX_SYNC_INTERVAL
-from msgcask.pipeline.files import DataFileInfo, list_data_files
+from msgcask.pipeline.files import DataFileInfo, list_data_files, path_text
 from msgcask.pipeline.rows import AT, file_rows
 from msgcask.store import format as fmt
 
@@ -80,10 +81,10 @@ class ReplayResult:
         return asdict(self)
 
 
-def whole_journal(recording: str) -> list[DataFileInfo]:
+def whole_journal(recording: str | os.PathLike[str]) -> list[DataFileInfo]:
     """The recording's data files, refused with ``msgcask.Error`` unless they
     are a whole journal: journal files only, numbered from 1 without a gap."""
-    files = list_data_files(recording)
+    files = list_data_files(path_text(recording, "the recording"))
     other = [f for f in files if f.kind != "journal"]
     missing = sorted(set(range(1, files[-1].file_id + 1)) - {f.file_id for f in files})
     if other or missing:
@@ -101,7 +102,7 @@ def whole_journal(recording: str) -> list[DataFileInfo]:
 
 
 def replay(
-    recording: str,
+    recording: str | os.PathLike[str],
     setting: Setting,
     pass_every: int = DEFAULT_PASS_EVERY,
     workdir: str | None = None,
@@ -115,6 +116,11 @@ def replay(
     background: files that hold nothing needed are deleted every
     ``RECLAIM_EVERY`` records, not every ``sync_interval`` of the wall clock
     (which is an hour here: a replay longer than that is not repeatable)."""
+    if not isinstance(setting, Setting):
+        raise TypeError(
+            "setting is a Setting(compaction_threshold, max_file_size), "
+            f"not {type(setting).__name__}: {setting!r}"
+        )
     check_pass_every(pass_every)
     files = whole_journal(recording)
     target = tempfile.mkdtemp(prefix="msgcask-replay-", dir=workdir)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from msgcask import validate
 from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE, check_threshold
 from msgcask.pipeline.replay import (
     DEFAULT_PASS_EVERY,
@@ -32,8 +33,10 @@ RESULT_SCHEMA = ", ".join(
 )
 
 
-def settings(thresholds: list[float], file_sizes: list[int]) -> list[Setting]:
+def settings(thresholds: Iterable[float], file_sizes: Iterable[int]) -> list[Setting]:
     """Every pair of a threshold and a file size, checked as ``msgcask.open`` would."""
+    thresholds = validate.sequence("thresholds", thresholds, "compaction_threshold values")
+    file_sizes = validate.sequence("file_sizes", file_sizes, "max_file_size values (bytes)")
     if not thresholds or not file_sizes:
         raise ValueError("a sweep needs at least one compaction_threshold and one max_file_size")
     for t in thresholds:
