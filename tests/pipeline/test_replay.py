@@ -188,3 +188,18 @@ def test_sweep_arguments_of_the_wrong_kind_are_type_errors_saying_what_to_pass(
     with pytest.raises(TypeError, match=r"setting is a Setting\(compaction_threshold, max_file"):
         replay(str(tmp_path), (0.5, SMALL))  # type: ignore[arg-type]
     assert replay(tmp_path, Setting(0.5, SMALL)).records > 0
+
+
+def test_a_replay_writes_nothing_into_the_recording(tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    record(rec, 20)
+    names = sorted(p.name for p in rec.iterdir())
+    for inside in (rec, rec / "sub"):
+        inside.mkdir(exist_ok=True)
+        with pytest.raises(ValueError, match=r"inside the recording .* give a directory outside"):
+            replay(rec, Setting(0.5, SMALL), workdir=str(inside))
+    (rec / "sub").rmdir()
+    assert sorted(p.name for p in rec.iterdir()) == names
+    with pytest.raises(ValueError, match="is not a directory: give an existing directory"):
+        replay(rec, Setting(0.5, SMALL), workdir=str(tmp_path / "missing"))
+    assert replay(rec, Setting(0.5, SMALL), workdir=str(tmp_path)).records > 0

@@ -123,7 +123,7 @@ def replay(
         )
     check_pass_every(pass_every)
     files = whole_journal(recording)
-    target = tempfile.mkdtemp(prefix="msgcask-replay-", dir=workdir)
+    target = tempfile.mkdtemp(prefix="msgcask-replay-", dir=check_workdir(workdir, recording))
     state = _Replay(setting, pass_every)
     try:
         with msgcask.open(
@@ -143,6 +143,22 @@ def replay(
         ) from None
     finally:
         shutil.rmtree(target, ignore_errors=True)
+
+
+def check_workdir(workdir: object, recording: str | os.PathLike[str]) -> str:
+    """Where the replay's store goes (``workdir``, the temporary directory if
+    None): refused (ValueError) unless it is a directory outside the recording,
+    which is only ever read."""
+    where = tempfile.gettempdir() if workdir is None else path_text(workdir, "workdir")
+    if not os.path.isdir(where):
+        raise ValueError(f"workdir {where} is not a directory: give an existing directory")
+    inside, home = os.path.realpath(where), os.path.realpath(recording)
+    if inside == home or inside.startswith(home + os.sep):
+        raise ValueError(
+            f"workdir {where} is inside the recording {recording}, which a replay only "
+            "reads: give a directory outside it"
+        )
+    return where
 
 
 def check_pass_every(pass_every: int) -> None:
