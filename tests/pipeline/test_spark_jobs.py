@@ -805,3 +805,11 @@ def test_replays_refuse_what_their_tasks_would_fail_on_before_spark_runs_them(
         with pytest.raises(type(error), match=str(error)) as refused:
             replays(spark, *bad)  # no collect(): refused before any task
         assert "Python worker" not in str(refused.value)
+
+
+def test_a_conf_that_is_no_dict_of_settings_is_refused_before_spark_starts() -> None:
+    from msgcask.pipeline.session import spark_session
+
+    for conf in ([("spark.ui.enabled", "false")], "spark.ui.enabled=false", {1: "x"}):
+        with pytest.raises(TypeError, match=r"conf is a dict of Spark settings \({'spark"):
+            spark_session(conf=conf)  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit
 
@@ -88,6 +89,18 @@ def check_master(master: object) -> None:
         standalone_masters(master)  # each host:port well formed
 
 
+def check_conf(conf: object) -> None:
+    """A TypeError unless ``conf`` is None or a dict of Spark setting names (str)
+    to values: a list of pairs, say, would fail inside the session's builder."""
+    if conf is None:
+        return
+    if not isinstance(conf, Mapping) or not all(isinstance(k, str) for k in conf):
+        raise TypeError(
+            "conf is a dict of Spark settings ({'spark.sql.shuffle.partitions': '4'}), "
+            f"not {conf!r}"
+        )
+
+
 def standalone_masters(master: str) -> list[tuple[str, int]]:
     """The (host, port) of each master a ``spark://h1:p1,h2:p2`` URL names."""
     masters = []
@@ -131,6 +144,7 @@ def spark_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = No
     would refuse is a ValueError, and a ``spark://`` master that does not
     answer a msgcask.Error, before the JVM starts."""
     check_master(master)
+    check_conf(conf)
     require_spark()
     check_master_answers(master)
     from pyspark.sql import SparkSession
