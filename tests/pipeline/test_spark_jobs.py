@@ -608,12 +608,23 @@ def test_sweep_file_sizes_take_units_as_every_size_option_does(
     assert [s.max_file_size for s in result.exception.args[0]] == sizes
 
 
-def test_a_job_that_fails_in_spark_ends_with_one_line(spark: Any, tmp_path: Path) -> None:
+def test_a_job_that_fails_in_spark_ends_with_one_line(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import msgcask.cli.pipeline as pipeline_command
+    import msgcask.pipeline.dead_letters as dead_letters_module
+
     store = tmp_path / "store"
     pinned_store(store, lambda n: 50)
     (tmp_path / "a-file").write_text("")
     out = tmp_path / "a-file" / "dead"  # under a regular file: Spark cannot make it
-    result = CliRunner().invoke(main, ["pipeline", "dead-letters", str(store), str(out)])
+    argv = ["pipeline", "dead-letters", str(store), str(out)]
+    refused = CliRunner().invoke(main, argv)
+    assert "a-file is not a directory" in refused.output  # checked before Spark runs
+    # Without that check, the job runs and Spark fails writing.
+    for module in (pipeline_command, dead_letters_module):
+        monkeypatch.setattr(module, "check_spark_output", lambda *args: None)
+    result = CliRunner().invoke(main, argv)
     assert result.exit_code == 1, result.output
     assert (
         result.output.startswith("Error: the Spark job failed: ") and "Exception" in result.output
@@ -813,3 +824,16 @@ def test_a_conf_that_is_no_dict_of_settings_is_refused_before_spark_starts() -> 
     for conf in ([("spark.ui.enabled", "false")], "spark.ui.enabled=false", {1: "x"}):
         with pytest.raises(TypeError, match=r"conf is a dict of Spark settings \({'spark"):
             spark_session(conf=conf)  # type: ignore[arg-type]
+
+
+def test_an_export_under_a_file_is_refused_before_spark_runs_it(spark: Any, tmp_path: Path) -> None:
+    store, a_file = tmp_path / "store", tmp_path / "notes.txt"
+    pinned_store(store, lambda n: 50)
+    a_file.write_text("kept")
+    for out in (a_file / "dead", a_file / "deeper" / "dead"):
+        with pytest.raises(ValueError, match=f"{a_file} is not a directory: give a path in"):
+            export_dead_letters(spark, store, out)
+    assert a_file.read_text() == "kept"
+    made_on_the_way = tmp_path / "new" / "dead"
+    assert export_dead_letters(spark, store, made_on_the_way) == dead_letters(spark, store).count()
+    assert made_on_the_way.is_dir()

@@ -44,8 +44,9 @@ def _refuse_overlap(store: str, path: str, out: str) -> None:
 
 def check_spark_output(store: str, out: str, overwrite: bool) -> None:
     """A directory Spark will write: refused (ValueError) if it is the store at
-    ``store``, is inside it or holds it, or, unless ``overwrite``, if it exists
-    (checked here for a local path; Spark refuses an existing one elsewhere)."""
+    ``store``, is inside it or holds it, is under a file, or, unless
+    ``overwrite``, if it exists (checked here for a local path; Spark refuses an
+    existing one elsewhere)."""
     if not out:  # realpath would take it for the current directory
         raise ValueError("the output's path is empty: give the directory to write")
     path = local_path(out)
@@ -54,6 +55,13 @@ def check_spark_output(store: str, out: str, overwrite: bool) -> None:
     _refuse_overlap(store, path, out)
     if os.path.lexists(path) and not overwrite:
         raise ValueError(f"{out} exists: choose another path, or overwrite it")
+    # Spark makes the directories missing on the way, but fails (a Java stack,
+    # once the job has run) where a file stands in for one.
+    on_the_way = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(on_the_way):
+        on_the_way = os.path.dirname(on_the_way)
+    if not os.path.isdir(on_the_way):
+        raise ValueError(f"{out}: {on_the_way} is not a directory: give a path in a directory")
 
 
 def check_report(store: str, out: str) -> None:
