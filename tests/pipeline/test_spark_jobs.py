@@ -837,3 +837,19 @@ def test_an_export_under_a_file_is_refused_before_spark_runs_it(spark: Any, tmp_
     made_on_the_way = tmp_path / "new" / "dead"
     assert export_dead_letters(spark, store, made_on_the_way) == dead_letters(spark, store).count()
     assert made_on_the_way.is_dir()
+
+
+def test_a_store_named_by_a_file_uri_is_read_and_another_file_systems_is_refused(
+    spark: Any, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    pinned_store(store, lambda n: 300)
+    uri = store.as_uri()
+    assert audit(spark, uri).totals == audit(spark, store).totals
+    rows = spark.read.format("msgcask").load(uri).count()
+    assert rows == spark.read.format("msgcask").load(str(store)).count()
+    with pytest.raises(ValueError, match="would destroy the store"):
+        export_dead_letters(spark, uri, store / "dead")
+    assert not (store / "dead").exists()
+    with pytest.raises(msgcask.Error, match=r"read from a local path .* not another file system"):
+        dead_letters(spark, "hdfs://namenode/store")

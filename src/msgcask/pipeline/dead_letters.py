@@ -13,7 +13,7 @@ import os
 from typing import TYPE_CHECKING
 
 from msgcask import validate
-from msgcask.pipeline.files import path_text
+from msgcask.pipeline.files import local_directory, path_text
 from msgcask.pipeline.live import counted, read_rows
 from msgcask.pipeline.outputs import check_spark_output
 
@@ -115,7 +115,8 @@ def export_dead_letters(
     writes); return how many. JSON carries bodies as base64, and NULL columns as
     ``null``. ``out`` must not exist unless ``overwrite`` (which deletes it
     first), and may not be the store, be inside it or hold it."""
-    path, out = path_text(path, "the store"), path_text(out, "the output")
+    # The store's local path: the output is checked against it, not its URI.
+    path, out = local_directory(path_text(path, "the store")), path_text(out, "the output")
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if not isinstance(overwrite, bool):  # "false" would be true, and delete ``out``

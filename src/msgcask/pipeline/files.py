@@ -18,6 +18,7 @@ import stat
 from dataclasses import dataclass
 
 from msgcask.errors import Error
+from msgcask.pipeline.outputs import local_path
 from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.disk_advice import cannot_list
@@ -66,10 +67,25 @@ def path_text(path: object, what: str) -> str:
     return path
 
 
+def local_directory(path: str) -> str:
+    """The local directory ``path`` names: itself, or the path of a ``file:`` URI
+    (as Spark takes one). The files are read with Python's own ``open``, so the
+    URI of another file system (``hdfs://``, ``s3a://``) is a ``msgcask.Error``."""
+    if os.path.isdir(path):  # a directory named like a URI is still that directory
+        return path
+    local = local_path(path)
+    if local is None and "://" in path:
+        raise Error(
+            f"{path}: a store is read from a local path (on a cluster, a shared file "
+            "system mounted at the same path on every machine), not another file system's URI"
+        )
+    return local or path
+
+
 def list_data_files(directory: str) -> list[DataFileInfo]:
     """The data files of the store at ``directory``, oldest first (absolute
     paths: Spark's workers need not share the driver's working directory)."""
-    directory = os.path.abspath(directory)
+    directory = os.path.abspath(local_directory(directory))
     if not os.path.isdir(directory):
         raise Error(f"{directory} is not a directory: give the directory of a msgcask store")
     for _ in range(LISTING_ATTEMPTS):
