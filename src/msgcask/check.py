@@ -211,11 +211,17 @@ def verify(store: Store) -> list[str]:
 
     Holds the store's lock while it runs, and first waits for a running
     compaction pass: a pass publishes its copy before the index knows it, and
-    the copy would look like an orphan. Meant for tests and ``msgcask check``.
+    the copy would look like an orphan. Holds the append lock too, so puts wait
+    for it to end. Meant for tests and ``msgcask check``.
     """
     problems: list[str] = []
-    with store._compactor.pass_lock(), store._lock:
+    # A plain put takes only the append lock and leaves its index entry for the
+    # next holder of the store's lock: one appended during the scan would be in
+    # the data files and not in the index. So no put may append meanwhile, and
+    # the entries of those appended before are written first.
+    with store._compactor.pass_lock(), store._lock, store._append_lock:
         store._check_open()
+        store._apply_pending()
         # Retired files may vanish at any moment (they are unlinked outside the
         # lock) and no longer count: leave them out.
         known = {f for f, a in store._acct.files.items() if not a.retired}

@@ -1861,7 +1861,8 @@ class Store(Uncopyable):
     def verify(self) -> list[str]:
         """Check the index against the data files; return the problems found
         (empty when the store is consistent). Reads every data file: slow on
-        big stores, meant for tests and ``msgcask check``."""
+        big stores, meant for tests and ``msgcask check``. Every other call,
+        puts included, waits for it."""
         from msgcask.check import verify
 
         return verify(self)

@@ -6,6 +6,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hold_store import start_holder
@@ -184,3 +185,29 @@ def test_two_threads_closing_at_once_both_return_and_free_the_store(tmp_path: Pa
         assert _close_from_two_threads(store) == []
         with msgcask.open(path, compaction_interval=None) as reopened:  # the lock is free
             assert len(reopened.queue("q")) == 1
+
+
+def test_verify_while_a_put_appends_reports_no_problem(
+    store: msgcask.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A put into an existing queue takes only the append lock and leaves its
+    # index entry for later: one appended while verify scans the data files
+    # must not show up as a message the index lacks.
+    from msgcask import check
+
+    q = store.queue("q")
+    q.put(b"before")
+    put_done = threading.Event()
+    scan_files = check.scan_files
+
+    def put_during_the_scan(*args: Any, **kwargs: Any) -> Any:
+        putting = threading.Thread(target=lambda: (q.put(b"during"), put_done.set()))
+        putting.start()
+        put_done.wait(1)  # time for a put that verify does not hold back to append
+        return scan_files(*args, **kwargs)
+
+    monkeypatch.setattr(check, "scan_files", put_during_the_scan)
+    assert store.verify() == []
+    assert put_done.wait(30), "the put did not return once verify ended"
+    monkeypatch.undo()
+    assert [m.body for m in q.browse()] == [b"before", b"during"]
