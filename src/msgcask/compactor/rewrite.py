@@ -87,6 +87,15 @@ def _found(found: needed.Needed) -> _Found:
     )
 
 
+def past_the_cap(store: Store) -> bool:
+    """Whether the data files are past ``max_store_size``: ACK and DELIVER records
+    are written past it, so consumers can always drain. No put fits then, and a
+    copy under the cap never would, so a pass may write one past it (at most a
+    data file, as always): deleting its victims is the only way back under."""
+    limit = store.options.max_store_size
+    return limit is not None and store._data_bytes > limit
+
+
 def rewrite(
     store: Store,
     victims: list[int],
@@ -190,7 +199,7 @@ def _rewrite(
         # The room the plan measured may have been taken by puts since: a copy
         # that no longer fits under the cap beside its victims is not written.
         # Once it is started, puts count it as taken until the swap adds it.
-        if limit is not None and store._data_bytes + need > limit:
+        if limit is not None and store._data_bytes + need > limit and not past_the_cap(store):
             log.debug("msgcask: no room left under max_store_size for the copy of %s", victims)
             return RewriteResult(CompactionReport(), tuple(skipped))
         store._copy_bytes = need

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from msgcask.compactor import policy
 from msgcask.compactor.failure_log import RepeatedFailureLog
 from msgcask.compactor.reclaim import DeletionFailed, finish_deletions, reclaim
-from msgcask.compactor.rewrite import rewrite
+from msgcask.compactor.rewrite import past_the_cap, rewrite
 from msgcask.errors import ClosedError, Error, IndexFailedError
 from msgcask.index.accounting import FileAccount
 from msgcask.stats import CompactionReport, CompactionStats
@@ -268,6 +268,8 @@ class Compactor:
         budget = min(budget, options.max_file_size - 2 * fmt.FILE_HEADER_SIZE)
         if options.max_store_size is None:
             return budget, False
+        if past_the_cap(store):
+            return budget, True
         # The copy is written before its victims are deleted: it must fit in the
         # room left under max_store_size, even for the first victim.
         headroom = options.max_store_size - store._data_bytes - 2 * fmt.FILE_HEADER_SIZE
@@ -292,7 +294,13 @@ class Compactor:
             limit, hard = self._budget(budget)
             self._reclaim_all(threshold, limit, done)
             limit, hard = self._budget(budget)  # deletions made room
-            plan = self._plan(threshold, limit, hard=hard, read_files=read_files, defer=defer)
+            # Past the cap a copy goes past it too: only files the schedule
+            # would rewrite anyway (sparse ones) are worth that, not a nearly
+            # full file copied whole to free a few dead bytes.
+            sparse_only = store.options.compaction_threshold if past_the_cap(store) else 1.0
+            plan = self._plan(
+                min(threshold, sparse_only), limit, hard=hard, read_files=read_files, defer=defer
+            )
             if plan.rewrite:
                 # Files drained while the victims are read go at once, not after
                 # the pass (under a fast drain, a pass that takes a second would
