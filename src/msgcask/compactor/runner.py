@@ -297,10 +297,10 @@ class Compactor:
             # Past the cap a copy goes past it too: only files the schedule
             # would rewrite anyway (sparse ones) are worth that, not a nearly
             # full file copied whole to free a few dead bytes.
-            sparse_only = store.options.compaction_threshold if past_the_cap(store) else 1.0
-            plan = self._plan(
-                min(threshold, sparse_only), limit, hard=hard, read_files=read_files, defer=defer
-            )
+            rewrite_below = threshold
+            if past_the_cap(store):
+                rewrite_below = min(threshold, store.options.compaction_threshold)
+            plan = self._plan(rewrite_below, limit, hard=hard, read_files=read_files, defer=defer)
             if plan.rewrite:
                 # Files drained while the victims are read go at once, not after
                 # the pass (under a fast drain, a pass that takes a second would
