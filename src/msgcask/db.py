@@ -73,6 +73,7 @@ from msgcask.store.disk_advice import free_space_note, remedy
 from msgcask.store.filenames import (
     INDEX_DIR,
     LOCK_FILE,
+    data_file_ids,
     data_file_name,
     parse_data_file_name,
 )
@@ -258,7 +259,7 @@ def _check_store_path(path: str) -> None:
         # what an open that stopped early leaves does: a LOCK or an index/ beside
         # anything else is another program's, and open would truncate that LOCK
         # and delete that index/ as a damaged index.
-        if any(parse_data_file_name(e) is not None for e in entries):
+        if data_file_ids(entries):
             return
         foreign = sorted(e for e in entries if not _made_by_open(path, e))
         if foreign:

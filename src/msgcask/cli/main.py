@@ -21,7 +21,7 @@ from msgcask.cli.bench import FILE_SIZE, BoundedFloat, bench, demo
 from msgcask.cli.pipeline import pipeline
 from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE
 from msgcask.store.disk_advice import cannot_list
-from msgcask.store.filenames import LOCK_FILE, parse_data_file_name
+from msgcask.store.filenames import LOCK_FILE, data_file_ids, parse_data_file_name
 from msgcask.store.lockfile import lock_holder
 
 
@@ -72,7 +72,7 @@ def _require_store(path: str) -> list[int]:
         names = os.listdir(path)
     except OSError as e:  # say, a directory this user may not read
         raise click.ClickException(cannot_list(path, e)) from e
-    ids = sorted(i for i in map(parse_data_file_name, names) if i is not None)
+    ids = data_file_ids(names)
     if not ids:
         raise click.ClickException(
             f"{path} holds no msgcask data files: not a store. Give the directory of an "

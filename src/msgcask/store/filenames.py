@@ -7,6 +7,7 @@ order and ``ls`` shows files in the order they were created.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 DATA_SUFFIX = ".log"
 INDEX_DIR = "index"
@@ -29,3 +30,8 @@ def parse_data_file_name(name: str) -> int | None:
         return None
     file_id = int(match.group(1))
     return file_id if 0 < file_id <= MAX_FILE_ID else None
+
+
+def data_file_ids(names: Iterable[str]) -> list[int]:
+    """The file ids of the data-file names among ``names``, in order."""
+    return sorted(i for i in map(parse_data_file_name, names) if i is not None)

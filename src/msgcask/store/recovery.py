@@ -39,7 +39,7 @@ from msgcask.index.catalog import Catalog
 from msgcask.index.env import INDEX_FORMAT_VERSION, IndexEnv, IndexUnusable, boot_id, remove_index
 from msgcask.store import codec
 from msgcask.store import format as fmt
-from msgcask.store.filenames import INDEX_DIR, data_file_name, parse_data_file_name
+from msgcask.store.filenames import INDEX_DIR, data_file_ids, data_file_name, parse_data_file_name
 from msgcask.store.fs import TEMP_SUFFIX, DataFile, FileSystem
 from msgcask.store.manifest_rule import MAX_MANIFEST_BYTES, parse_manifest, redundant_files
 
@@ -179,7 +179,7 @@ def _bound_transaction(env: IndexEnv) -> None:
 def _torn_creation(handle: DataFile, raw: bytes, file_id: int, names: list[str]) -> bool:
     """A bad header is a torn creation only in the newest data file, and only if
     the file is all zeros (a name whose data never reached the disk)."""
-    newest = max((i for n in names if (i := parse_data_file_name(n)) is not None), default=0)
+    newest = max(data_file_ids(names), default=0)
     if file_id != newest or handle.size > 2 * 2**20:
         return False
     return not any(handle.read_all()) if raw else True

@@ -12,7 +12,7 @@ from typing import Any
 
 from msgcask.cpu import confine_to_one_cpu
 from msgcask.made_dirs import missing_dirs, remove_made_dirs
-from msgcask.store.filenames import parse_data_file_name
+from msgcask.store.filenames import data_file_ids
 from msgcask.workloads.config import RunConfig
 from msgcask.workloads.crash import measure_crash_reopen
 from msgcask.workloads.definitions import (
@@ -317,7 +317,7 @@ def _refuse_a_store(out_dir: str) -> None:
         names = os.listdir(out_dir)
     except OSError:  # missing, or not a directory: prepare_out_dir says which
         return
-    if any(parse_data_file_name(name) is not None for name in names):
+    if data_file_ids(names):
         raise ValueError(
             f"{out_dir} is a msgcask store (it holds data files): the result would be "
             "written among them. Give another directory, such as results"
