@@ -353,8 +353,28 @@ def test_missing_data_file_forces_a_rebuild(store_path: Path) -> None:
     files[0].unlink()
     with open_store(store_path, max_file_size=64 * 1024) as store:
         assert store.recovery.mode == "rebuild"
-        assert "missing" in store.recovery.reason
+        assert f"data file {files[0].name} is missing" in store.recovery.reason
         assert store.verify() == []
+        left = len(store.queue("q"))
+    # The reason says how much the index knew the file to hold: 30 puts, fewer now.
+    assert f"the index counted {30 - left} live messages" in store.recovery.reason
+
+
+def test_a_missing_file_that_held_nothing_live_is_reported_without_a_count(
+    store_path: Path,
+) -> None:
+    settings = {"max_file_size": 64 * 1024, "keep_data_files": True}
+    with open_store(store_path, **settings) as store:
+        q = store.queue("q")
+        for i in range(30):
+            q.put(bytes([i]) * 5000)
+        for _ in range(15):  # consume the first file's messages; the acks keep it
+            q.ack(q.get(block=False))
+    files = sorted(store_path.glob("*.log"))
+    files[0].unlink()
+    with open_store(store_path, **settings) as store:
+        assert store.recovery.reason == f"data file {files[0].name} is missing"
+        assert len(store.queue("q")) == 15
 
 
 # -- compaction leftovers ------------------------------------------------------------

@@ -185,6 +185,19 @@ def _torn_creation(handle: DataFile, raw: bytes, file_id: int, names: list[str])
     return not any(handle.read_all()) if raw else True
 
 
+def _held_live(account: FileAccount) -> str:
+    """What the index says a missing file held, for the rebuild's reason: the
+    rebuild reads only the files on disk, so a user who removed or restored files
+    by hand learns what that cost."""
+    count = account.live_messages
+    if not count:
+        return ""
+    return (
+        f"; the index counted {count} live message{'s' if count > 1 else ''} "
+        f"({account.live_bytes} bytes) in it, and those no other data file holds are lost"
+    )
+
+
 class Recovery:
     """Brings the index in line with the data files (see the module docstring)."""
 
@@ -269,10 +282,12 @@ class Recovery:
         for file_id in [f for f, s in acct.files.items() if s.retired]:
             self._remove(file_id)
             acct.forget(file_id)
-        for file_id in acct.files:
+        for file_id, account in acct.files.items():
             if file_id not in on_disk:
-                raise NeedsRebuild(f"data file {data_file_name(file_id)} is missing")
-            if on_disk[file_id].size < acct.files[file_id].size:
+                raise NeedsRebuild(
+                    f"data file {data_file_name(file_id)} is missing{_held_live(account)}"
+                )
+            if on_disk[file_id].size < account.size:
                 raise NeedsRebuild(f"data file {data_file_name(file_id)} is shorter than indexed")
         if cp_file not in on_disk or on_disk[cp_file].size < cp_offset:
             raise NeedsRebuild("the journal ends before the index's checkpoint")
