@@ -36,8 +36,9 @@ import stat
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, TypeVar, cast
 
 import lmdb
@@ -91,7 +92,7 @@ from msgcask.uncopyable import Uncopyable
 
 log = logging.getLogger("msgcask")
 
-Selector = Callable[[dict[str, str]], bool]
+Selector = Callable[[Mapping[str, str]], bool]
 # Foreground work between forced index commits: bounds the open transaction.
 _MAX_CHANGES_PER_COMMIT = 50_000
 _PURGE_CHUNK = 10_000
@@ -1485,10 +1486,23 @@ class Store(Uncopyable):
         return None
 
     def _run_selector(self, selector: Selector, headers: dict[str, str]) -> bool:
-        """``selector(headers)``; a store call it makes raises (``_check_open``)."""
+        """``selector(headers)``; a store call it makes raises (``_check_open``),
+        and so does a change it makes to the headers."""
         self._selecting = threading.get_ident()
         try:
-            return bool(selector(headers))
+            # Why a read-only view and not a copy: the dict is the one the
+            # delivered Message gets, so the selector must not change it; a view
+            # costs the same for any number of headers, and a selector that
+            # changes them fails loudly instead of having its change dropped.
+            # Its error ends the get like any selector's: nothing delivered.
+            return bool(selector(MappingProxyType(headers)))
+        except (TypeError, AttributeError) as e:
+            if "'mappingproxy' object" not in str(e):
+                raise
+            raise TypeError(
+                "a selector must not change the headers it is given: they are read-only; "
+                f"copy them (dict(headers)) to change them ({e})"
+            ) from e
         finally:
             self._selecting = None
 

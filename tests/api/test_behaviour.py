@@ -697,6 +697,44 @@ class TestCallerErrors:
         # Nothing was left half-delivered: both messages are still there for a get.
         assert [m.body for m in _drain(q)] == [b"1", b"2"]
 
+    @pytest.mark.parametrize(
+        "change",
+        [
+            lambda h: h.__setitem__("t", "changed"),
+            lambda h: h.__delitem__("t"),
+            lambda h: h.clear(),
+            lambda h: h.update(extra="1"),
+            lambda h: h.pop("t"),
+            lambda h: h.setdefault("extra", "1"),
+        ],
+        ids=["set", "del", "clear", "update", "pop", "setdefault"],
+    )
+    def test_selector_that_changes_the_headers_delivers_nothing(
+        self,
+        store: msgcask.Store,
+        store_path: Path,
+        snapshot: Callable[..., Any],
+        change: Callable[[Any], object],
+    ) -> None:
+        q = store.queue("q")
+        q.put(b"1", headers={"t": "a"})
+        q.put(b"2", headers={"t": "b"})
+        before = snapshot(store, store_path)
+
+        def changing(headers: Any) -> bool:
+            change(headers)
+            return True
+
+        with pytest.raises(TypeError, match=r"read-only.*dict\(headers\)"):
+            q.get(block=False, selector=changing)
+        assert snapshot(store, store_path) == before
+        # What a later get delivers (with a selector or without) is what was put.
+        seen: list[dict[str, str]] = []
+        m = q.get(block=False, selector=lambda h: seen.append(dict(h)) or True)
+        assert (m.body, m.headers, seen) == (b"1", {"t": "a"}, [{"t": "a"}])
+        q.ack(m)
+        assert [(m.body, m.headers) for m in _drain(q)] == [(b"2", {"t": "b"})]
+
     def test_transaction_used_after_its_block_is_refused(
         self, store: msgcask.Store, store_path: Path, snapshot: Callable[..., Any]
     ) -> None:
