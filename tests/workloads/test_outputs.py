@@ -244,6 +244,13 @@ def test_bench_refuses_a_size_mix_batch_too_big_for_a_data_file_before_running(
             ["steady", "--compaction", "off", "--compaction-interval", "5"],
             "--compaction-interval sets the schedule that --compaction off turns off",
         ),
+        # With no cap, no pass runs, so nothing reads the threshold.
+        (
+            ["steady", "--compaction", "off", "--threshold", "0.3"],
+            "--threshold is read by compaction passes, which --compaction off runs only "
+            "under --max-store-size",
+        ),
+        (["dlq-heavy", "--compaction", "off", "--threshold", "0.3"], "--threshold is read by"),
         # An option another one given makes the run ignore.
         (
             ["steady", "--no-reopen", "--crash-messages", "5"],
@@ -277,6 +284,20 @@ def _record_run(cfg: RunConfig, *args: object, **kwargs: object) -> None:
         ["selector-skip", "-n", "10", "--pin-every", "3"],
         ["selector-skip", "-n", "10", "--pin-every", "10"],  # pins message 9, the last
         ["steady", "-n", "10", "--compaction", "both", "--compaction-interval", "5"],
+        ["steady", "-n", "10", "--compaction", "both", "--threshold", "0.3"],
+        # A store past its cap compacts with no schedule, copying files below the threshold.
+        [
+            "steady",
+            "-n",
+            "10",
+            "--compaction",
+            "off",
+            "--threshold",
+            "0.3",
+            "--max-store-size",
+            "64MiB",
+        ],
+        ["priority-pin", "--compaction", "off", "--threshold", "0.3"],  # capped by default
         ["steady", "-n", "10", "--crash-messages", "5"],
         ["steady", "-n", "10", "--size-mix", "--no-reopen"],
     ],

@@ -202,9 +202,12 @@ def _given(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
 
 
-def _refuse_unread_options(ctx: click.Context, workload: str, compaction: str) -> None:
+def _refuse_unread_options(
+    ctx: click.Context, workload: str, compaction: str, capped: bool
+) -> None:
     """A usage error for an option given for a run that does not read it: the run
-    would ignore it and measure something else than asked."""
+    would ignore it and measure something else than asked. ``capped``: the run's
+    store has a max_store_size (given, or the workload's default)."""
     for name, readers in READ_BY.items():
         if workload not in readers and _given(ctx, name):
             param = _param(ctx, name)
@@ -219,6 +222,15 @@ def _refuse_unread_options(ctx: click.Context, workload: str, compaction: str) -
             compaction == "off",
             "--compaction-interval sets the schedule that --compaction off turns off: "
             "leave it out, or run --compaction on or both",
+        ),
+        (
+            # Past its cap a store compacts with no schedule, copying the files
+            # below the threshold: only an uncapped run never reads it.
+            "threshold",
+            compaction == "off" and not capped,
+            "--threshold is read by compaction passes, which --compaction off runs only "
+            "under --max-store-size (a store past its cap compacts): leave it out, give "
+            "--max-store-size, or run --compaction on or both",
         ),
         (
             "crash_messages",
@@ -308,7 +320,7 @@ def _refuse_unread_options(ctx: click.Context, workload: str, compaction: str) -
     type=BoundedFloat(0, 1, low_open=True),
     default=0.5,
     show_default=True,
-    help="compaction_threshold.",
+    help="compaction_threshold (with --compaction off, read only under a store cap).",
 )
 @click.option(
     "--compaction",
@@ -460,7 +472,7 @@ def bench(
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from e
-    _refuse_unread_options(ctx, workload, compaction)
+    _refuse_unread_options(ctx, workload, compaction, cfg.store_size_limit is not None)
     _check_dirs(out_dir, workdir, workload)
     with _ended_by_sigterm():
         doc, path = run_and_write(
