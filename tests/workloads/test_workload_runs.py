@@ -24,6 +24,7 @@ from msgcask.workloads import definitions
 from msgcask.workloads.batches import largest_batch, put_calls, put_ranges
 from msgcask.workloads.config import BENCH_QUEUE, MiB, RunConfig
 from msgcask.workloads.payload import Payloads, index_of
+from msgcask.workloads.report import summary
 from msgcask.workloads.result import validate
 from msgcask.workloads.subjects.msgcask_store import MsgcaskSubject
 
@@ -350,6 +351,29 @@ def test_selector_skip_with_a_huge_count_starts_at_once_and_stops_at_the_time_li
     assert run["status"] == "incomplete"
     assert run["counts"]["skipped"] == 10**15 // 500
     assert 0 < run["counts"]["put"] < 10**15
+
+
+@pytest.mark.parametrize(("workload", "period"), [("dlq-heavy", 1000), ("selector-skip", 500)])
+def test_a_run_shorter_than_the_default_pin_period_notes_that_it_pins_nothing(
+    run_tiny: Run, workload: str, period: int
+) -> None:
+    # An explicit --pin-every past -n is refused; the default one is taken (tiny
+    # runs use it), but the run must not pass for one that measured pinning.
+    for n, pinned in ((period - 1, 0), (period, 1)):
+        doc, _ = run_tiny(workload, peers=[], messages=n)
+        run = _only_msgcask(doc)
+        assert run["status"] == "ok", run["errors"] + run["notes"]
+        assert run["counts"]["acked"] == n - pinned
+        noted = [note for note in run["notes"] if "pin" in note]
+        if pinned:
+            assert noted == []
+            continue
+        assert noted == [
+            f"{n:,} messages are fewer than the default pin period ({period:,}): no "
+            "message was pinned, so the disk figures say nothing about pinned messages; "
+            f"pass --pin-every 2 to {n:,} to pin some"
+        ]
+        assert f"msgcask[compaction on]: note: {noted[0]}" in summary(doc)
 
 
 def test_selector_skip_counts_one_in_p_as_skipped(run_tiny: Run) -> None:

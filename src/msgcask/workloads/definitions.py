@@ -373,9 +373,24 @@ def run_steady(ctx: Context) -> None:
     produce_and_consume(ctx, "main", 0, n, n)
 
 
+def note_unpinned(ctx: Context) -> None:
+    """Note a run that pins no message because -n is below the default period.
+    (A --pin-every past -n is refused; the default is taken, for tiny runs.)"""
+    cfg = ctx.cfg
+    n = cfg.messages
+    if cfg.pin_every is None and cfg.pin_period > n:
+        fix = f"pass --pin-every 2 to {n:,}" if n >= 2 else "run 2 messages or more"
+        ctx.notes.append(
+            f"{n:,} messages are fewer than the default pin period ({cfg.pin_period:,}): "
+            "no message was pinned, so the disk figures say nothing about pinned "
+            f"messages; {fix} to pin some"
+        )
+
+
 def run_dlq_heavy(ctx: Context) -> None:
     # Settled = acked + dead-lettered, so every message counts once.
     n = ctx.cfg.messages
+    note_unpinned(ctx)
     produce_and_consume(ctx, "main", 0, n, n)
 
 
@@ -390,6 +405,7 @@ def run_selector_skip(ctx: Context) -> None:
     # and nothing may hold the run up before the time limit can stop it).
     skipped = n // period
     ctx.counts["skipped"] = skipped
+    note_unpinned(ctx)
 
     def selector(headers: Mapping[str, str] | None) -> bool:
         return not headers or "skip" not in headers
