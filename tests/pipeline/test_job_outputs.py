@@ -310,7 +310,7 @@ def test_a_master_spark_would_refuse_is_refused_before_the_jvm_starts() -> None:
     with pytest.raises(ValueError, match="Spark takes yarn or a URL that starts with local"):
         spark_session("nonsense://nowhere")
     with pytest.raises(TypeError, match="the Spark master is a URL"):
-        spark_session(None)  # type: ignore[arg-type]
+        spark_session(7077)  # type: ignore[arg-type]
 
 
 def _port_nobody_listens_on() -> int:

@@ -826,6 +826,24 @@ def test_a_conf_that_is_no_dict_of_settings_is_refused_before_spark_starts() -> 
             spark_session(conf=conf)  # type: ignore[arg-type]
 
 
+def test_a_session_on_another_master_than_the_running_ones_is_refused(spark: Any) -> None:
+    # Spark runs one session per process: its builder would hand back the running
+    # session, on its own master, for whatever master was asked for.
+    from msgcask.pipeline.session import spark_session
+
+    running = spark.sparkContext.master
+    other = "local[1]" if running != "local[1]" else "local[2]"
+    with pytest.raises(msgcask.Error) as refused:
+        spark_session(other)
+    said = str(refused.value)
+    assert f"a Spark session on master {running!r} is running in this process" in said
+    assert "stop it (spark.stop())" in said and f"pass master={running!r}" in said
+    assert spark.sparkContext.master == running  # the running session is untouched
+    # The same master, or none asked for, is the running session.
+    assert spark_session(running) is spark
+    assert spark_session() is spark
+
+
 def test_an_export_under_a_file_is_refused_before_spark_runs_it(spark: Any, tmp_path: Path) -> None:
     store, a_file = tmp_path / "store", tmp_path / "notes.txt"
     pinned_store(store, lambda n: 50)

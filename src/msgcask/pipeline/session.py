@@ -1,7 +1,8 @@
 """A Spark session for the pipeline, with the ``msgcask`` data source registered.
 
 Local mode (``local[2]``) by default; any master URL Spark accepts for a
-cluster. What a first run commonly lacks (the ``spark`` extra, a Java
+cluster. One session runs per process: asking for another master while it
+runs is an error that says to stop it. What a first run commonly lacks (the ``spark`` extra, a Java
 runtime) is said as a ``msgcask.Error`` with what to install, not left to
 surface as a gateway error from the JVM.
 """
@@ -136,17 +137,41 @@ def check_master_answers(master: str, timeout: float = MASTER_CONNECT_SECONDS) -
     )
 
 
-def spark_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None) -> SparkSession:
+def running_master() -> str | None:
+    """The master of the Spark session running in this process, or None.
+    (Spark runs one per process: its builder hands back that one, whatever
+    master it is asked for.)"""
+    from pyspark import SparkContext
+
+    running = SparkContext._active_spark_context
+    return None if running is None else str(running.master)
+
+
+def spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     """Get or start the Spark session, with the data source registered.
 
-    Python workers run this interpreter (so they import this msgcask), and a
-    local session binds to the loopback interface only. A ``master`` Spark
-    would refuse is a ValueError, and a ``spark://`` master that does not
-    answer a msgcask.Error, before the JVM starts."""
-    check_master(master)
+    ``master`` None takes the session running in this process, or starts one
+    on ``DEFAULT_MASTER``; a master other than the running session's is a
+    msgcask.Error (Spark would hand back the running one). Python workers run
+    this interpreter (so they import this msgcask), and a local session binds
+    to the loopback interface only. A ``master`` Spark would refuse is a
+    ValueError, and a ``spark://`` master that does not answer a msgcask.Error,
+    before the JVM starts."""
+    if master is not None:
+        check_master(master)
     check_conf(conf)
     require_spark()
-    check_master_answers(master)
+    running = running_master()
+    if running is not None and master not in (None, running):
+        raise Error(
+            f"a Spark session on master {running!r} is running in this process, and "
+            f"Spark runs one per process: stop it (spark.stop()) to start one on "
+            f"{master!r}, or pass master={running!r} (or no master) to use it"
+        )
+    if master is None:
+        master = running or DEFAULT_MASTER
+    if running is None:
+        check_master_answers(master)
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
