@@ -1781,7 +1781,7 @@ class Store(Uncopyable):
                 needed_bytes=MARK_COST * sum(f.needed_acks for f in files),
                 data_files=len(files),
                 files=files,
-                bytes_written=self._journal.bytes_written + self._compactor.totals.bytes_copied,
+                bytes_written=self._journal.bytes_written + self._compactor.copy_bytes_written,
                 bytes_put=self._bytes_put,
                 compaction=self._compactor.totals,
                 corruptions=list(self._corruptions),

@@ -50,7 +50,7 @@ class CompactionStats:
     passes: int = 0  # passes that ended without an error (whether or not they did anything)
     files_deleted: int = 0
     files_rewritten: int = 0
-    bytes_copied: int = 0
+    bytes_copied: int = 0  # the passes' CompactionReport.bytes_copied
     bytes_reclaimed: int = 0
     # Passes (background, compact() or space pressure) that ended in an error, and
     # the latest such error: a background pass only logs it, so here a monitor
@@ -90,7 +90,7 @@ class StoreStats:
     needed_bytes: int
     data_files: int
     files: list[FileStats]
-    bytes_written: int  # appended to data files since open (journal + compaction copies)
+    bytes_written: int  # appended to data files since open (journal + every compaction copy)
     bytes_put: int  # PUT record bytes written by puts since open
     compaction: CompactionStats
     corruptions: list[CorruptionReport] = field(default_factory=list)
@@ -110,7 +110,11 @@ class CompactionReport:
 
     files_deleted: int = 0  # data files deleted whole, nothing copied out of them
     files_rewritten: int = 0  # data files deleted once what they held was copied
-    bytes_copied: int = 0  # bytes written into compacted files
+    # Bytes of the compacted files the pass added to the store (as stats().files
+    # lists them). A copy it wrote and removed again (its victims' counts were
+    # found wrong before the swap) is not counted: the pass copied nothing into
+    # the store; stats().bytes_written still counts its bytes, as written.
+    bytes_copied: int = 0
     # Bytes of the data files deleted, of both kinds: what the pass freed, never
     # negative (the copies it wrote are bytes_copied, not subtracted here).
     # Files count once, by the pass (or deletion between passes) that removes them

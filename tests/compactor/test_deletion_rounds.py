@@ -45,7 +45,7 @@ def test_ack_file_made_reclaimable_by_a_release_waits_for_a_later_round(
             store._roll_over()  # file 3: the head
         q.ack(got[0])  # P's last live message: nothing in P or A needs copying now
         # as planned while P still had a live message
-        rewrite(store, [1, 2], between=lambda: None, wrote=lambda copied: None)
+        rewrite(store, [1, 2], between=lambda: None, wrote=lambda size: None, copied=lambda r: None)
         assert [1, 2] not in [sorted(r) for r in rounds]
         assert rounds[0] == [1]
         store.compact()  # a later round takes A

@@ -8,10 +8,11 @@ deletes them after each victim it reads, leaving its own victims alone.
 
 ``files_deleted`` counts files deleted whole without copying, ``files_rewritten``
 files copied out and deleted, ``bytes_reclaimed`` the bytes of the files
-deleted (never negative) and ``bytes_copied`` those of the copies written. That
-holds for files drained while the pass reads its victims, for victims whose
-records all died between the plan and the rewrite, for retired files an
-earlier pass failed to delete, and for a swap that keeps its victims.
+deleted (never negative) and ``bytes_copied`` those of the copies it left in
+the store. That holds for files drained while the pass reads its victims, for
+victims whose records all died between the plan and the rewrite, for retired
+files an earlier pass failed to delete, for a swap that keeps its victims, and
+for a copy removed again before its swap.
 """
 
 from __future__ import annotations
@@ -353,6 +354,38 @@ def test_a_swap_that_keeps_its_victims_reclaims_nothing(
         assert report.bytes_copied > 0
         _check_report(store, before, after, report)
         assert store.stats().compaction.bytes_reclaimed == 0
+
+
+def test_a_copy_the_pass_removes_again_is_not_counted_as_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The check before the swap finds the victims' counts wrong (here it is made
+    # to): the copy is removed and every victim kept. The pass copied nothing
+    # into the store, though the copy's bytes were written (bytes_written).
+    path = tmp_path / "s"
+    with msgcask.open(path, **QUIET) as store:
+        _four_sparse_files(store)
+        monkeypatch.setattr(rewrite, "_unaccounted", lambda s, victims, found: list(victims))
+        removed: list[int] = []
+        real_discard = rewrite._discard
+
+        def discard(s: msgcask.Store, out: object) -> None:
+            removed.append(out.size)  # type: ignore[attr-defined]
+            real_discard(s, out)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(rewrite, "_discard", discard)
+        before, written = _on_disk(path), store.stats().bytes_written
+        report = store.compact(threshold=0.5)
+        after = _on_disk(path)
+        assert len(removed) == 1 and removed[0] > 0  # a copy was written, then removed
+        assert after == before  # nothing deleted, no copy left
+        assert report.files_rewritten == report.files_deleted == report.bytes_reclaimed == 0
+        assert report.bytes_copied == 0
+        _check_report(store, before, after, report)
+        stats = store.stats()
+        assert stats.compaction.bytes_copied == 0
+        assert stats.bytes_written == written + removed[0]
+        assert store.verify() == []
 
 
 def test_a_pass_that_seals_the_write_head_counts_the_files_it_deletes(tmp_path: Path) -> None:

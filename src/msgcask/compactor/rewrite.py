@@ -63,7 +63,7 @@ class _Copy:
 @dataclass(frozen=True, slots=True)
 class RewriteResult:
     # The victims deleted (those whose records all died since the plan count as
-    # deleted whole); the copy's bytes went to ``rewrite``'s ``wrote``.
+    # deleted whole); the copy's bytes went to ``rewrite``'s ``wrote`` and ``copied``.
     done: CompactionReport
     skipped: tuple[int, ...] = ()  # victims with damaged records, left alone
 
@@ -100,16 +100,20 @@ def rewrite(
     store: Store,
     victims: list[int],
     between: Callable[[], object],
-    wrote: Callable[[CompactionReport], object],
+    wrote: Callable[[int], object],
+    copied: Callable[[CompactionReport], object],
 ) -> RewriteResult:
     """Rewrite ``victims`` into one compacted file; ``between`` runs after
-    each victim is read (the runner deletes files drained meanwhile), and
-    ``wrote`` is told the copy's bytes once it is written: they were written
-    whatever fails after (the swap, the victims' deletion)."""
+    each victim is read (the runner deletes files drained meanwhile).
+    ``wrote`` is told the copy's size once it is written (they were written,
+    whatever happens to the copy after: ``stats().bytes_written``), and
+    ``copied`` a report of its ``bytes_copied`` once the swap adds it to the
+    store's files (it is there whatever fails after: the swap's commit, the
+    victims' deletion). A copy removed again before is not ``bytes_copied``."""
     with store._lock:
         store._acct.rewriting.update(victims)
     try:
-        return _rewrite(store, victims, between, wrote)
+        return _rewrite(store, victims, between, wrote, copied)
     finally:
         with store._lock:
             store._acct.rewriting.difference_update(victims)
@@ -122,7 +126,8 @@ def _rewrite(
     store: Store,
     victims: list[int],
     between: Callable[[], object],
-    wrote: Callable[[CompactionReport], object],
+    wrote: Callable[[int], object],
+    copied: Callable[[CompactionReport], object],
 ) -> RewriteResult:
     skipped: list[int] = []
     copies: list[_Copy] = []
@@ -205,7 +210,7 @@ def _rewrite(
         store._copy_bytes = need
         store._victims_going = True
     out_id, id_floor, out, offsets = _write_output(store, victims, copies)
-    wrote(CompactionReport(bytes_copied=out.size))
+    wrote(out.size)
 
     with store._lock:
         # Decided before anything is relocated, carried or released: once the
@@ -239,6 +244,8 @@ def _rewrite(
             with store._append_lock:  # puts add to it under that lock alone
                 store._data_bytes += out.size
                 store._copy_bytes = 0
+        # In the store's files now (stats() lists it): what the pass copied.
+        copied(CompactionReport(bytes_copied=out.size))
         catalog = store._catalog
         for start, end in pacer.spans(len(copies)):
             with store._lock:

@@ -42,6 +42,9 @@ class Compactor:
         self._store = store
         self._mutex = threading.Lock()
         self.totals = CompactionStats()
+        # Bytes of every copy written since open, also those removed again
+        # (not totals.bytes_copied): they are part of stats().bytes_written.
+        self.copy_bytes_written = 0
         self.last: CompactionReport | None = None
         self._written_at_last_start = 0
         self._written_at_last_run = -1  # journal bytes when the last run began
@@ -311,7 +314,8 @@ class Compactor:
                     store,
                     plan.rewrite,
                     between=lambda: self._reclaim_emptied(victims, done),
-                    wrote=done.add,  # counted even if the swap fails
+                    wrote=self._wrote_copy,
+                    copied=done.add,  # counted even if the swap fails after
                 )
                 self._damaged.update(result.skipped)
                 done.add(result.done)
@@ -331,6 +335,9 @@ class Compactor:
         self.totals = self.totals.plus(report, passes=1)
         self.last = report
         return report
+
+    def _wrote_copy(self, size: int) -> None:
+        self.copy_bytes_written += size
 
     def reclaim_emptied(self) -> int:
         """Delete the files that became reclaimable since the last call (they are
