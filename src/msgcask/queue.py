@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import lmdb
@@ -98,15 +98,14 @@ class Queue:
         self,
         block: bool = True,
         timeout: float | None = None,
-        selector: Callable[[Mapping[str, str]], bool] | None = None,
+        selector: Callable[[dict[str, str]], bool] | None = None,
     ) -> Message:
         """Deliver the next available message.
 
         ``selector(headers) -> bool`` skips messages it rejects (pass the same
         callable each time: the queue remembers where it got to). It runs with
         the store locked and must not call the store (msgcask.Error). It gets a
-        read-only view of the headers (``dict(headers)`` for a copy): changing
-        it raises TypeError, and the get delivers nothing. The message
+        copy of the headers, so it cannot change the delivered ones. The message
         stays invisible to other consumers until ``ack`` or ``nack``.
 
         Raises ``msgcask.Empty`` (also a ``queue.Empty``) if nothing is
@@ -116,7 +115,7 @@ class Queue:
             raise TypeError(f"block must be a bool, got {type(block).__name__}")
         wait = validate.timeout(timeout)
         if selector is not None and not callable(selector):
-            raise TypeError("selector must be a callable taking the headers (a mapping), or None")
+            raise TypeError("selector must be a callable taking the headers dict, or None")
         try:
             return self._store._get(self._name, block, wait, selector)
         except lmdb.Error as e:

@@ -14,7 +14,7 @@ import random
 import threading
 import time
 from array import array
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -235,7 +235,7 @@ class Consumer:
         target: int,
         producers_done: threading.Event,
         settled_key: str,
-        selector: Callable[[Mapping[str, str]], bool] | None = None,
+        selector: Callable[[dict[str, str]], bool] | None = None,
         window: int = 0,
         seed: int = 0,
     ) -> None:
@@ -332,7 +332,7 @@ def produce_and_consume(
     stop: int,
     target: int,
     headers_for: Callable[[int], dict[str, str] | None] | None = None,
-    selector: Callable[[Mapping[str, str]], bool] | None = None,
+    selector: Callable[[dict[str, str]], bool] | None = None,
     window: int = 0,
     with_producers: bool = True,
     with_consumers: bool = True,
@@ -407,7 +407,7 @@ def run_selector_skip(ctx: Context) -> None:
     ctx.counts["skipped"] = skipped
     note_unpinned(ctx)
 
-    def selector(headers: Mapping[str, str] | None) -> bool:
+    def selector(headers: dict[str, str] | None) -> bool:
         return not headers or "skip" not in headers
 
     produce_and_consume(ctx, "main", 0, n, n - skipped, skip_headers(period), selector)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -16,7 +16,7 @@ DEAD_LETTER = "dead-letter"  # park a message nobody consumes after max_deliveri
 PRIORITY = "priority"
 SELECTOR = "selector"
 
-Selector = Callable[[Mapping[str, str]], bool]
+Selector = Callable[[dict[str, str]], bool]
 T = TypeVar("T")
 
 
