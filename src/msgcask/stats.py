@@ -74,8 +74,20 @@ class CompactionStats:
         return replace(
             self.plus(done),
             failed_passes=self.failed_passes + 1,
-            last_failure=f"{type(error).__name__}: {error}",
+            last_failure=f"{public_name(type(error))}: {error}",
         )
+
+
+def public_name(kind: type[BaseException]) -> str:
+    """The name of the nearest class of ``kind`` a caller can catch by name: not
+    one internal to msgcask (a failed deletion is raised as a subclass of
+    ``msgcask.Error``, and named ``Error``), but msgcask's exported errors
+    (``msgcask.errors``) and every other library's classes by their own names."""
+    for cls in kind.__mro__:
+        internal = cls.__module__.startswith("msgcask.") and cls.__module__ != "msgcask.errors"
+        if not internal:
+            return cls.__name__
+    return kind.__name__  # pragma: no cover - object ends every MRO
 
 
 @dataclass(frozen=True, slots=True)

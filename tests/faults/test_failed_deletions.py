@@ -101,6 +101,22 @@ def test_no_file_is_deleted_while_a_retired_one_is_still_on_disk(store_path: Pat
         assert list(again.queue("q").browse()) == []
 
 
+def test_a_failed_deletion_is_recorded_as_the_error_msgcask_raises(store_path: Path) -> None:
+    # stats().compaction.last_failure names the error by a class the caller can
+    # catch (docs/operations.md: "Error: ..."), not by one internal to msgcask.
+    fs = StuckFiles()
+    store = msgcask.Store(store_path, _fs=fs, **QUIET_SMALL_FILES)  # type: ignore[arg-type]
+    q = three_files(store)
+    consume(store, q, 1)
+    fs.stuck.add(str(store_path / data_file_name(1)))
+    with pytest.raises(msgcask.Error, match="deleting data files") as failure:
+        store.compact()
+    totals = store.stats().compaction
+    assert totals.failed_passes == 1
+    assert totals.last_failure == f"Error: {failure.value}"
+    store.close()
+
+
 def test_background_passes_that_keep_failing_log_it_once(
     store_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
