@@ -24,7 +24,8 @@ docs/design.md must name every crash point in the source. docs/operations.md mus
 list every command of the CLI, and its session's ``$ msgcask ...`` outputs must be
 what the CLI prints for the store the session's own snippet makes.
 docs/pipeline.md's audit transcript must hold the figures of the store its snippet
-makes.
+makes. bench/README.md names every directory of ``bench/results``, and
+docs/benchmarks.md's method gives the span of dates of its results.
 
 Every ``python`` code block of README.md and docs/*.md runs as written (with its
 ``/tmp/...`` paths moved into a temporary directory), except the ones that start
@@ -829,3 +830,22 @@ def test_the_settings_table_states_the_interval_bounds() -> None:
     assert allowed["compaction_interval"].startswith(
         f"≥ {options.MIN_COMPACTION_INTERVAL:g}, ≤ {options.MAX_COMPACTION_INTERVAL:,.0f}"
     )
+
+
+# -- benchmarks.md and bench/README.md -------------------------------------------------
+
+
+def test_bench_readme_names_every_results_directory() -> None:
+    text = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`bench/results/([\w-]+)/`", text))
+    on_disk = {p.name for p in (ROOT / "bench" / "results").iterdir() if p.is_dir()}
+    assert named == on_disk, f"bench/README.md lacks {on_disk - named}, names {named - on_disk}"
+
+
+def test_the_benchmarks_method_spans_every_dated_result() -> None:
+    text = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    match = re.search(r"measured between (\d{4}-\d\d-\d\d) and (\d{4}-\d\d-\d\d)", text)
+    assert match, "docs/benchmarks.md: no 'measured between DATE and DATE' in its method"
+    dates = set(re.findall(r"^## Results: (\d{4}-\d\d-\d\d)", text, re.M))
+    assert dates, "docs/benchmarks.md: no '## Results: DATE' sections"
+    assert (match[1], match[2]) == (min(dates), max(dates)), (match[0], sorted(dates))
