@@ -1784,8 +1784,9 @@ class Store(Uncopyable):
         """Run one compaction pass now and report what it did.
 
         ``threshold`` overrides ``compaction_threshold`` for this pass: files
-        whose live fraction is below it are rewritten (1.0 rewrites every file
-        with any dead bytes). Files holding nothing needed are always deleted.
+        whose live fraction is below it are rewritten, if that frees at least
+        ``max_file_size / 64`` (and 4 KiB): 1.0 rewrites every sealed file with
+        that many dead bytes. Files holding nothing needed are always deleted.
         """
         if threshold is not None:
             check_threshold("threshold", threshold)

@@ -58,8 +58,9 @@ class Queue:
         every mode it survives a crash of this process.
 
         Raises TypeError/ValueError for bad arguments, MessageTooLargeError if
-        the record does not fit in a data file, StoreFullError if the live data
-        would exceed ``max_store_size``, ClosedError after ``close()``.
+        the record does not fit in a data file, StoreFullError if the data files
+        would exceed ``max_store_size`` even after compaction freed what it could,
+        ClosedError after ``close()``.
         """
         b, h, p = validate.body(body), validate.headers(headers), validate.priority(priority)
         try:
