@@ -31,7 +31,9 @@ Every ``python`` code block of README.md and docs/*.md runs as written (with its
 ``/tmp/...`` paths moved into a temporary directory), except the ones that start
 Spark; every ``--option`` a doc writes after ``msgcask COMMAND`` is an option of that
 command, every ``bench/``, ``tests/``, ``src/`` or ``docs/`` path a doc names exists, and
-so does every ``Class.attribute`` or ``module.name`` it names of msgcask's source.
+so does every ``Class.attribute`` or ``module.name`` it names of msgcask's source,
+and every name of a chain such as ``store.recovery.unclean`` or
+``stats().compaction.failed_passes``.
 """
 
 from __future__ import annotations
@@ -849,3 +851,36 @@ def test_the_benchmarks_method_spans_every_dated_result() -> None:
     dates = set(re.findall(r"^## Results: (\d{4}-\d\d-\d\d)", text, re.M))
     assert dates, "docs/benchmarks.md: no '## Results: DATE' sections"
     assert (match[1], match[2]) == (min(dates), max(dates)), (match[0], sorted(dates))
+
+
+# What a doc writes ``store.``, ``Store.`` or ``stats().`` before: the class whose
+# attribute the first link of the chain names.
+ATTRIBUTE_CHAINS: dict[str, str] = {"store": "Store", "Store": "Store", "stats()": "StoreStats"}
+# The class an attribute of those classes is, where a doc goes on past it.
+ATTRIBUTE_CLASSES: dict[tuple[str, str], str] = {
+    ("Store", "stats()"): "StoreStats",
+    ("Store", "recovery"): "RecoveryReport",
+    ("StoreStats", "compaction"): "CompactionStats",
+}
+
+
+def test_store_and_stats_attributes_in_the_docs_exist() -> None:
+    """``store.why_kept(...)``, ``stats().compaction.failed_passes``,
+    ``store.recovery.unclean``: every name in such a chain is one the class has."""
+    classes, _ = _source_names()
+    checked = 0
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for span in re.findall(r"`([^`\n]+)`", text):
+            chain = re.match(r"(store|Store|stats\(\))((?:\.\w+(?:\([^()]*\))?)+)", span)
+            if not chain:
+                continue
+            owner = ATTRIBUTE_CHAINS[chain[1]]
+            for name, call in re.findall(r"\.(\w+)(\([^()]*\))?", chain[2]):
+                assert name in classes[owner], f"{page.name}: {span!r}: {owner} has no {name}"
+                checked += 1
+                link = f"{name}()" if call else name
+                if (owner, link) not in ATTRIBUTE_CLASSES:
+                    break  # a method's result or a value: the chain's end
+                owner = ATTRIBUTE_CLASSES[owner, link]
+    assert checked >= 20, checked
