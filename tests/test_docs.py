@@ -22,7 +22,8 @@ docs/tuning.md's ``<!-- queuesettings -->`` table names every keyword of
 command's default.
 docs/design.md must name every crash point in the source. docs/operations.md must
 list every command of the CLI, and its session's ``$ msgcask ...`` outputs must be
-what the CLI prints for the store the session's own snippet makes.
+what the CLI prints for the store the session's own snippet makes; so must its
+damaged copy's ``msgcask check``, with the lines it says an open and a drain log.
 docs/pipeline.md's audit transcript must hold the figures of the store its snippet
 makes. bench/README.md names every directory of ``bench/results``, and
 docs/benchmarks.md's method gives the span of dates of its results.
@@ -884,3 +885,58 @@ def test_store_and_stats_attributes_in_the_docs_exist() -> None:
                     break  # a method's result or a value: the chain's end
                 owner = ATTRIBUTE_CLASSES[owner, link]
     assert checked >= 20, checked
+
+
+def test_finding_damage_output_is_what_check_prints(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The damaged copy is made by the section's own commands, from the session's
+    store after its first ``msgcask compact``; ``PROBLEM`` lines go to stderr. Then
+    the store is opened and ``orders`` drained: what the section says is logged is."""
+    import subprocess
+
+    from click.testing import CliRunner
+
+    from msgcask.cli.main import main
+
+    text = (DOCS / "operations.md").read_text(encoding="utf-8")
+    section = text[text.index("### Finding damage") : text.index("## When an error names")]
+    run_snippet(snippet_making(DOCS / "operations.md", "/tmp/orders-store"), tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(main, ["compact", str(tmp_path / "orders-store")]).exit_code == 0
+    (script,) = fenced_blocks(section, "sh")
+    moved = script.replace("/tmp/", f"{tmp_path}/")
+    subprocess.run(["bash", "-euo", "pipefail", "-c", moved], check=True, timeout=60)
+    (command, expected), *_ = transcripts(section)
+    assert command == "msgcask check /tmp/damaged", command
+    damaged = tmp_path / "damaged"
+    result = runner.invoke(main, ["check", str(damaged)])
+    assert result.exit_code == 1, result.output
+    out, err = (
+        [line.replace(str(damaged), "/tmp/damaged") for line in stream.splitlines()]
+        for stream in (result.stdout, result.stderr)
+    )
+    assert err and all(line.startswith("PROBLEM: ") for line in err), err
+    assert out + err == expected
+
+    logged = [
+        line
+        for block in fenced_blocks(section, "")
+        for line in block.splitlines()
+        if line.startswith("msgcask: ")
+    ]
+    assert len(logged) == 2, logged
+    with caplog.at_level("WARNING", logger="msgcask"):
+        with msgcask.open(damaged, max_file_size=64 * 1024, compaction_interval=None) as store:
+            orders = store.queue("orders")
+            delivered = 0
+            while True:
+                try:
+                    orders.ack(orders.get(block=False))
+                except msgcask.Empty:
+                    break
+                delivered += 1
+    messages = [r.getMessage().replace(str(damaged), "/tmp/damaged") for r in caplog.records]
+    for line in logged:
+        assert line in messages, (line, messages)
+    assert delivered == 199
