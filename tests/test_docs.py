@@ -23,7 +23,8 @@ command's default.
 docs/design.md must name every crash point in the source. docs/operations.md must
 list every command of the CLI, and its session's ``$ msgcask ...`` outputs must be
 what the CLI prints for the store the session's own snippet makes; so must its
-damaged copy's ``msgcask check``, with the lines it says an open and a drain log.
+damaged copy's ``msgcask check``, with the lines it says an open and a drain log,
+and the ``StoreFullError`` and ``StoreLockedError`` it quotes are what msgcask raises.
 docs/pipeline.md's audit transcript must hold the figures of the store its snippet
 makes. bench/README.md names every directory of ``bench/results``, and
 docs/benchmarks.md's method gives the span of dates of its results.
@@ -940,3 +941,45 @@ def test_finding_damage_output_is_what_check_prints(
     for line in logged:
         assert line in messages, (line, messages)
     assert delivered == 199
+
+
+def _quoted_error(name: str) -> str:
+    """The message docs/operations.md quotes for ``msgcask.errors.NAME``."""
+    text = (DOCS / "operations.md").read_text(encoding="utf-8")
+    (line,) = re.findall(rf"^msgcask\.errors\.{name}: (.+)$", text, re.M)
+    return line
+
+
+def test_the_quoted_store_full_error_is_what_the_put_raises(tmp_path: Path) -> None:
+    """As the text says: the 255th put of 1,000 bytes in queue ``q`` of a new store
+    with 64 KiB data files and a cap of four."""
+    options: dict[str, Any] = {"max_file_size": 64 * 1024, "max_store_size": 4 * 64 * 1024}
+    with msgcask.open(tmp_path / "full", compaction_interval=None, **options) as store:
+        q = store.queue("q")
+        for _ in range(254):
+            q.put(b"x" * 1000)
+        with pytest.raises(msgcask.StoreFullError) as refused:
+            q.put(b"x" * 1000)
+    assert str(refused.value) == _quoted_error("StoreFullError")
+
+
+def test_the_quoted_store_locked_error_is_what_open_raises(tmp_path: Path) -> None:
+    import subprocess
+
+    path = tmp_path / "demo-store"
+    code = "import msgcask, sys; s = msgcask.open(sys.argv[1]); print('open', flush=True); input()"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, path],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "open\n"
+        with pytest.raises(msgcask.StoreLockedError) as refused:
+            msgcask.open(path)
+    finally:
+        holder.communicate("\n", timeout=60)
+    got = str(refused.value).replace(str(path), "/tmp/demo-store")
+    assert got.replace(f"pid {holder.pid}", "pid 1108") == _quoted_error("StoreLockedError")
