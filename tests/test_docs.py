@@ -19,7 +19,8 @@ the option name, a ``Default`` column holding a Python expression in backticks.
 docs/tuning.md's ``<!-- queuesettings -->`` table names every keyword of
 ``store.queue()``, and its ``<!-- clisettings -->`` table lists every option of
 ``msgcask compact`` and ``msgcask bench`` that sets a store setting, with the
-command's default.
+command's default. ``max_file_size``'s bounds are the same in the settings table and in
+the ``--help`` of every option that takes a data-file size.
 docs/design.md must name every crash point in the source. docs/operations.md must
 list every command of the CLI, and its session's ``$ msgcask ...`` outputs must be
 what the CLI prints for the store the session's own snippet makes; so must its
@@ -983,3 +984,36 @@ def test_the_quoted_store_locked_error_is_what_open_raises(tmp_path: Path) -> No
         holder.communicate("\n", timeout=60)
     got = str(refused.value).replace(str(path), "/tmp/demo-store")
     assert got.replace(f"pid {holder.pid}", "pid 1108") == _quoted_error("StoreLockedError")
+
+
+def _every_command(
+    command: click.Command, words: str = "msgcask"
+) -> list[tuple[str, click.Command]]:
+    out = [(words, command)]
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            out += _every_command(sub, f"{words} {name}")
+    return out
+
+
+def test_the_file_size_bounds_are_the_same_in_the_docs_and_every_help() -> None:
+    """``max_file_size``'s bounds, as the settings table and every size option's help
+    state them, are the ones ``msgcask.open`` enforces."""
+    from msgcask.cli.bench import _human
+    from msgcask.cli.main import main
+
+    bounds = f"{_human(options.MIN_FILE_SIZE)} to {_human(options.MAX_FILE_SIZE_LIMIT)}"
+    (table,) = [t for t in marked_tables(DOCS / "tuning.md") if t.marker == "settings"]
+    column = table.header.index("Allowed")
+    allowed = {code_span(r[0]): r[column] for r in table.rows}
+    assert allowed["max_file_size"] == bounds
+    assert allowed["max_store_size"] == f"`None`, or ≥ {options.MIN_STORE_FILES} × `max_file_size`"
+    helps = [
+        (f"{words} {p.opts[0]}", p.help or "")
+        for words, command in _every_command(main)
+        for p in command.params
+        if isinstance(p, click.Option) and p.opts[0] in ("--max-file-size", "--file-sizes")
+    ]
+    assert len(helps) >= 6, helps
+    for option, text in helps:
+        assert bounds in text, f"{option} --help: {text!r} does not say {bounds}"
