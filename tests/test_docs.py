@@ -463,6 +463,8 @@ def test_every_queue_setting_is_in_the_queue_table() -> None:
     (table,) = [t for t in marked_tables(DOCS / "tuning.md") if t.marker == "queuesettings"]
     params = inspect.signature(msgcask.Store.queue).parameters
     assert [code_span(r[0]) for r in table.rows] == [n for n in params if n not in ("self", "name")]
+    allowed = {code_span(r[0]): r[table.header.index("Allowed")] for r in table.rows}
+    assert allowed["max_deliveries"] == f"1 to {fmt.MAX_DELIVERIES_COUNTED:,}, or `None`"
 
 
 def test_options_record_has_the_same_defaults() -> None:
