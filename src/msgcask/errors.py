@@ -56,10 +56,14 @@ class MessageTooLargeError(Error, ValueError):
 
 
 class CorruptionError(Error):
-    """Raised when a record fails its checksum or cannot be parsed.
+    """Raised when a data file cannot be used: its header is damaged, truncated or
+    names another file, or the file cannot be read. (A damaged *record* is not
+    raised: open truncates a torn tail and quarantines a record that fails its
+    checksum, and reports both in ``stats().corruptions``.)
 
     ``path`` and ``offset`` name where the damage starts and ``length`` how many
-    bytes are affected. ``msgcask check PATH`` lists every damaged record.
+    bytes are affected (``offset`` -1 when the file could not be read at all).
+    ``msgcask check PATH`` lists every problem of every data file.
     """
 
     def __init__(self, message: str, *, path: str = "", offset: int = -1, length: int = 0):
@@ -90,7 +94,7 @@ class IndexFailedError(Error):
     """Raised when the LMDB index fails while the store is open (it was damaged
     on disk, or the disk failed under it).
 
-    The data files are the truth and are not affected. Fix: close the store,
-    delete its ``index/`` directory and open it again: the index is rebuilt
+    The data files are the truth and are not affected. Fix: close the store
+    (which deletes the failed index) and open it again: the index is rebuilt
     from the data files.
     """

@@ -7,6 +7,11 @@ from dataclasses import dataclass, field, replace
 from msgcask.store.recovery import CorruptionReport
 
 
+def counted(n: int, thing: str) -> str:
+    """``n`` things, in words: the singular for one."""
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
+
+
 @dataclass(frozen=True, slots=True)
 class FileStats:
     """One data file as the index accounts for it."""
@@ -37,9 +42,9 @@ class FileStats:
             return "nothing (being deleted)"
         parts = []
         if self.live_messages:
-            parts.append(f"{self.live_messages} live messages")
+            parts.append(counted(self.live_messages, "live message"))
         if self.needed_acks:
-            parts.append(f"{self.needed_acks} needed acks")
+            parts.append(counted(self.needed_acks, "needed ack"))
         return ", ".join(parts) or "nothing (reclaimable)"
 
 

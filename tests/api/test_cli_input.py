@@ -99,7 +99,7 @@ def test_bad_options_are_usage_errors(store_dir: Path, args: list[str]) -> None:
 def test_max_file_size_takes_a_unit_as_bench_does(store_dir: Path, size: str) -> None:
     code, output = _run(main, ["stats", "--max-file-size", size, str(store_dir)])
     assert code == 0, output
-    assert "live         1 messages" in output
+    assert "live         1 message," in output
 
 
 def test_a_max_file_size_out_of_bounds_says_the_bounds(store_dir: Path) -> None:
@@ -310,7 +310,7 @@ def test_check_reports_a_directory_named_like_a_data_file(
     code, output = _run(main, ["check", *index, str(store_dir)])
     assert code == 1, output
     assert f"PROBLEM: {odd}: not a regular file" in output
-    assert "1 live messages in 2 data files" in output
+    assert "1 live message in 2 data files" in output
     assert odd.is_dir()
 
 
@@ -356,7 +356,7 @@ def test_check_index_lists_the_files_problems_when_the_store_cannot_open(
     lines = output.splitlines()
     problem = next(i for i, line in enumerate(lines) if line.startswith("PROBLEM:"))
     assert str(data_file) in lines[problem]
-    assert "0 live messages in 1 data files" in output
+    assert "0 live messages in 1 data file" in output
     assert lines[-1].startswith("Error: index not checked: "), output
     assert problem < len(lines) - 1
 
@@ -379,7 +379,7 @@ def test_check_with_a_lock_that_is_a_directory_is_no_traceback(store_dir: Path) 
     code, output = _run(main, ["check", "--index", str(store_dir)])
     assert code == 1, output
     assert "Error: index not checked: cannot use" in output
-    assert "1 live messages in 1 data files" in output
+    assert "1 live message in 1 data file" in output
 
 
 def test_check_index_fails_when_the_index_disagrees_with_intact_data_files(

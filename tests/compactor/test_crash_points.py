@@ -395,7 +395,7 @@ def test_crash_between_two_victim_unlinks_resurrects_nothing(
         )
         assert scanned.problems == []
         assert shown.exit_code == 0, shown.output
-        assert f"{len(live)} live messages in" in shown.output
+        assert f"{len(live)} live message" in shown.output
         for victim in set(victims) - set(gone):  # each one left says it does not count
             line = next(x for x in shown.output.splitlines() if f"{victim:010d}.log:" in x)
             assert "not counted: replaced by compacted file" in line, line

@@ -20,6 +20,7 @@ from msgcask.check import ScanReport, scan_files
 from msgcask.cli.bench import FILE_SIZE, BoundedFloat, bench, demo
 from msgcask.cli.pipeline import pipeline
 from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE
+from msgcask.stats import counted
 from msgcask.store.disk_advice import cannot_list
 from msgcask.store.filenames import LOCK_FILE, data_file_ids, parse_data_file_name
 from msgcask.store.lockfile import lock_holder
@@ -140,7 +141,8 @@ def check(path: str, index: bool, max_file_size: int | None) -> None:
             failed = e
     elif index:
         click.echo(f"index not checked: the store is open in {holder}")
-    click.echo(f"{len(report.live_ids)} live messages in {len(report.files)} data files")
+    live, files = len(report.live_ids), len(report.files)
+    click.echo(f"{counted(live, 'live message')} in {counted(files, 'data file')}")
     for problem in problems:
         click.echo(f"PROBLEM: {problem}", err=True)
     if failed is not None:
@@ -175,7 +177,7 @@ def stats(path: str, max_file_size: int | None) -> None:
         st = store.stats()
         click.echo(f"data files   {st.data_files}")
         click.echo(f"disk bytes   {st.disk_bytes} (data {st.data_bytes}, index {st.index_bytes})")
-        click.echo(f"live         {st.live_messages} messages, {st.live_bytes} bytes")
+        click.echo(f"live         {counted(st.live_messages, 'message')}, {st.live_bytes} bytes")
         for name in store.queues():
             click.echo(f"queue        {name}: {len(store.queue(name))}")
         click.echo(f"{'file':>10} {'kind':>9} {'size':>12} {'live':>12} {'msgs':>8}  kept by")
