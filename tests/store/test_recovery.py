@@ -332,6 +332,44 @@ def test_checkpoint_past_the_journal_end_forces_a_rebuild(store_path: Path) -> N
         assert store.verify() == []
 
 
+def delete_meta(store_path: Path, key: bytes) -> None:
+    """Remove a value from the index's meta table, behind the store's back."""
+    env = lmdb.open(str(store_path / "index"), max_dbs=8, lock=False, map_size=2**30)
+    try:
+        meta = env.open_db(b"meta", create=False)
+        with env.begin(write=True) as txn:
+            assert txn.delete(key, db=meta)
+    finally:
+        env.close()
+
+
+def test_index_without_a_checkpoint_forces_a_rebuild(store_path: Path) -> None:
+    # Without a checkpoint, nothing says where replay starts: rebuild from the files.
+    expected = make_store(store_path)
+    delete_meta(store_path, keys.META_CHECKPOINT)
+    set_meta(store_path, {keys.META_CLEAN: keys.U64.pack(0)})
+    with open_store(store_path) as store:
+        assert store.recovery.mode == "rebuild"
+        assert "checkpoint" in store.recovery.reason
+        assert browse(store) == sorted(expected.items())
+        assert store.verify() == []
+
+
+@pytest.mark.parametrize("key", [keys.META_CHECKPOINT, keys.META_CLEAN])
+def test_a_damaged_checkpoint_or_clean_flag_makes_the_index_rebuilt(
+    store_path: Path, key: bytes
+) -> None:
+    # LMDB has no page checksums: a damaged page can hand back a value of the wrong
+    # length. Like a damaged file account, it is a reason to rebuild, not a crash.
+    expected = make_store(store_path)
+    set_meta(store_path, {key: b"\x01\x02\x03"})
+    with open_store(store_path) as store:
+        assert store.recovery.mode == "rebuild"
+        assert "damaged" in store.recovery.reason
+        assert browse(store) == sorted(expected.items())
+        assert store.verify() == []
+
+
 def test_journal_shorter_than_indexed_forces_a_rebuild(store_path: Path) -> None:
     make_store(store_path, n=3)
     [path] = sorted(store_path.glob("*.log"))
@@ -459,6 +497,28 @@ def test_orphan_compacted_file_unknown_to_a_good_index_is_removed(store_path: Pa
         assert len(store.queue("q")) == 5
         assert store.verify() == []
     assert not (store_path / data_file_name(9)).exists()
+
+
+def test_compacted_file_unknown_to_the_index_whose_victim_is_gone_forces_a_rebuild(
+    store_path: Path,
+) -> None:
+    # A copy the index does not know, naming a victim that is no longer on disk (an
+    # index older than the files, say, restored from a backup): the copy is the only
+    # home of what it holds, so the open must neither replay past it nor remove it.
+    expected = make_store(store_path)
+    write_data_file(
+        store_path,
+        9,
+        [codec.encode_manifest([7]), put_record(100, body=b"copied")],
+        kind=fmt.KIND_COMPACTED,
+    )
+    with open_store(store_path) as store:
+        assert store.recovery.mode == "rebuild"
+        assert "compacted file 9 is not in the index" in store.recovery.reason
+        assert store.recovery.removed_files == []
+        assert browse(store) == sorted({**expected, 100: b"copied"}.items())
+        assert store.verify() == []
+    assert (store_path / data_file_name(9)).exists()
 
 
 def test_torn_tail_of_the_journal_head_below_a_newer_compacted_file_is_truncated(

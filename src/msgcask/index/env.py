@@ -176,8 +176,17 @@ class IndexEnv:
         self.txn.put(key, value, db=self.meta)
 
     def get_u64(self, key: bytes, default: int = 0) -> int:
+        """A counter or flag of the meta table; IndexUnusable if its value has the
+        wrong length (LMDB has no page checksums: damage can hand one back)."""
         value = self.get_meta(key)
-        return default if value is None else keys.U64.unpack(value)[0]
+        if value is None:
+            return default
+        if len(value) != keys.U64.size:
+            raise IndexUnusable(
+                f"the index is damaged: meta value {key.decode()!r} has {len(value)} bytes, "
+                f"not {keys.U64.size}"
+            )
+        return int(keys.U64.unpack(value)[0])
 
     def put_u64(self, key: bytes, value: int) -> None:
         self.put_meta(key, keys.U64.pack(value))

@@ -272,6 +272,8 @@ class Recovery:
         raw = env.get_meta(keys.META_CHECKPOINT)
         if raw is None:
             raise NeedsRebuild("the index has no checkpoint")
+        if len(raw) != keys.CHECKPOINT.size:
+            raise NeedsRebuild(f"the index's checkpoint is damaged ({len(raw)} bytes)")
         cp_file, cp_offset = keys.CHECKPOINT.unpack(raw)
         try:
             acct = Accounting.load(list(env.items(env.files)))
