@@ -241,3 +241,21 @@ def test_a_nack_that_cannot_read_the_message_to_dead_letter_it_puts_it_back(
         [dead] = store.queue("DLQ.q").browse()
         assert (dead.body, dead.headers["x-original-id"]) == (m.body, str(m.id))
         assert store.verify() == []
+
+
+def test_a_rebuild_cut_short_by_a_read_error_leaves_no_half_index(store_path: Path) -> None:
+    # With the index lost, the open rebuilds it from every data file; a bad sector in
+    # the middle of the sealed file stops the rebuild after the index has been
+    # started. The half-built index must go: the next open rebuilds all of it, and a
+    # half index trusted as clean would hide the messages it never read.
+    fs, ids, sealed = faulty_two_file_store(store_path)
+    shutil.rmtree(store_path / "index")
+    fs.bad_sectors[str(sealed)] = {SMALL_FILE // 2}
+    with pytest.raises(msgcask.Error, match=sealed.name):
+        open_store(store_path, fs)
+    assert not (store_path / "index").exists()
+    fs.bad_sectors.clear()
+    with open_store(store_path, fs) as store:
+        assert store.recovery.mode == "rebuild"
+        assert [m.id for m in store.queue("q").browse()] == ids
+        assert store.verify() == []
