@@ -79,6 +79,10 @@ BAD_TYPE_CALLS: dict[str, BadCall] = {
     "tx_put_body_str": lambda s, q: _in_tx(s, lambda tx: tx.put("orders", "text")),
     "tx_put_name_int": lambda s, q: _in_tx(s, lambda tx: tx.put(5, b"x")),
     "delete_queue_int": lambda s, q: s.delete_queue(5),
+    "get_block_str": lambda s, q: q.get(block="no"),
+    "get_timeout_str": lambda s, q: q.get(block=False, timeout="1"),
+    "tx_ack_str": lambda s, q: _in_tx(s, lambda tx: tx.ack("1")),
+    "tx_ack_float": lambda s, q: _in_tx(s, lambda tx: tx.ack(1.0)),
 }
 
 BAD_VALUE_CALLS: dict[str, BadCall] = {
@@ -109,6 +113,9 @@ BAD_VALUE_CALLS: dict[str, BadCall] = {
     "tx_put_priority": lambda s, q: _in_tx(s, lambda tx: tx.put("orders", b"x", priority=10)),
     "tx_put_name_nul": lambda s, q: _in_tx(s, lambda tx: tx.put("a\0", b"x")),
     "delete_unknown_queue": lambda s, q: s.delete_queue("no-such-queue"),
+    # A header name is stored with a u16 length, and the header count is a u16.
+    "header_name_65536_bytes": lambda s, q: q.put(b"x", headers={"k" * 65536: "v"}),
+    "headers_65536": lambda s, q: q.put(b"x", headers={str(i): "" for i in range(65536)}),
 }
 
 # Text that cannot be UTF-8: a lone surrogate, as bytes decoded with surrogateescape give.
@@ -1170,6 +1177,19 @@ def test_a_queue_handle_keeps_its_name(store: msgcask.Store) -> None:
         q.name = "x" * 300  # type: ignore[misc]
     q.put(b"kept")
     assert q.name == "orders" and store.queues() == ["orders"]
+
+
+def test_a_queue_handle_made_directly_reaches_the_queue_of_its_name(
+    store: msgcask.Store,
+) -> None:
+    store.queue("orders").put(b"first")
+    q = msgcask.Queue(store, "orders")
+    assert repr(q) == "<msgcask.Queue 'orders'>"
+    q.put(b"second")
+    got = q.get(block=False)
+    assert got is not None and bytes(got.body) == b"first"
+    q.ack(got)
+    assert [bytes(m.body) for m in store.queue("orders").browse()] == [b"second"]
 
 
 @pytest.mark.parametrize("attribute", ["path", "options"])
