@@ -283,3 +283,39 @@ def test_verify_takes_files_retired_by_a_swap_for_gone(store_path: Path) -> None
     assert store.verify() == []
     fs.stuck.clear()
     store.close()
+
+
+def test_a_copy_the_pass_cannot_remove_again_is_removed_by_the_next_open(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The check before the swap keeps every victim (made to here), so the pass
+    # removes its copy again; that unlink fails. The pass must still end cleanly
+    # with every message where it was, and the copy, which nothing refers to, must
+    # go on the next open.
+    from msgcask.compactor import rewrite
+
+    fs = StuckFiles()
+    store = msgcask.Store(store_path, _fs=fs, **QUIET_SMALL_FILES)  # type: ignore[arg-type]
+    q = three_files(store)
+    for i in range(300):
+        m = q.get(block=False)
+        if i % 10:
+            q.ack(m)  # every tenth stays, delivered: the sealed files are sparse
+    before = [(m.id, bytes(m.body)) for m in q.browse()]
+    files = {p.name for p in store_path.glob("*.log")}
+    monkeypatch.setattr(rewrite, "_unaccounted", lambda s, victims, found: list(victims))
+    fs.stuck.update(str(store_path / data_file_name(i)) for i in range(1, 100))
+    with caplog.at_level("WARNING", logger="msgcask"):
+        report = store.compact(threshold=0.5)
+    assert report.files_rewritten == report.files_deleted == 0
+    [warning] = [r.getMessage() for r in caplog.records if "next open removes it" in r.getMessage()]
+    copy = Path(warning.split("could not remove ")[1].split(" (")[0])
+    assert copy.exists() and copy.name not in files
+    assert [(m.id, bytes(m.body)) for m in q.browse()] == before
+    store.close()
+    monkeypatch.undo()
+    with msgcask.Store(store_path, **QUIET_SMALL_FILES) as reopened:  # type: ignore[arg-type]
+        assert reopened.recovery.removed_files == [int(copy.stem)]
+        assert [(m.id, bytes(m.body)) for m in reopened.queue("q").browse()] == before
+        assert reopened.verify() == []
+    assert not copy.exists()
