@@ -947,6 +947,11 @@ class TestStoreFull:
                 q.put(b"y" * 3000)
             assert snapshot(store) == before
             assert len(q) == full_at
+            # Nor does a refused put to a queue it would have created.
+            with pytest.raises(msgcask.StoreFullError):
+                msgcask.Queue(store, "new").put(b"y" * 3000)
+            assert snapshot(store) == before
+            assert "new" not in store.queues()
         finally:
             store.close()
 
