@@ -284,3 +284,57 @@ def test_the_space_watch_waits_for_new_data_after_a_pass_that_freed_nothing(
         assert compactor.urgent()  # a data file written since: it may now
         assert store.compact().files_rewritten > 0
         assert not compactor.near_bound()
+
+
+def test_a_background_pass_that_fails_unexpectedly_is_logged_counted_and_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An error msgcask does not raise itself (a bug, say) must not stop the schedule
+    # or the store: the pass is logged with its traceback, counted as failed, and
+    # the next pass does the work.
+    real = runner.rewrite
+    failures: list[int] = []
+
+    def failing_once(*args: Any, **kwargs: Any) -> Any:
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("unexpected")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "rewrite", failing_once)
+    with _open(tmp_path / "store") as store:
+        _make_sparse_files(store)
+        _wait_for(lambda: _rewritten(store) > 0, "a pass after the failed one to rewrite")
+        totals = store.stats().compaction
+        assert failures == [1]
+        assert totals.failed_passes == 1
+        assert totals.last_failure == "RuntimeError: unexpected"
+        [logged] = [r for r in caplog.records if "background compaction pass failed" in r.message]
+        assert logged.exc_info is not None and logged.exc_info[0] is RuntimeError
+        assert len(store.queue("s")) == 24
+        assert store.verify() == []
+
+
+def test_a_background_pass_that_meets_a_raw_index_error_stops_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An LMDB error that escapes a pass means the index transaction may be gone:
+    # the store must refuse further calls (not commit later), and the schedule stop.
+    import lmdb
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise lmdb.DiskError("injected")
+
+    store = _open(tmp_path / "store")
+    try:
+        q = store.queue("s")
+        ids = [q.put(b"m") for _ in range(3)]
+        monkeypatch.setattr(store._compactor, "run", failing)
+        store._scheduler.run_soon()
+        _wait_for(lambda: store._scheduler._halted, "the schedule to stop")
+        with pytest.raises(msgcask.IndexFailedError):
+            q.put(b"refused")
+    finally:
+        store.close()
+    with _open(tmp_path / "store", interval=None) as reopened:
+        assert [m.id for m in reopened.queue("s").browse()] == ids
