@@ -7,8 +7,11 @@ for a store of a few kilobytes of live messages is most of its disk use.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+
+import pytest
 
 import msgcask
 
@@ -31,3 +34,34 @@ def test_an_idle_pass_gives_back_the_heads_allocated_space(store_path: Path) -> 
         assert store.verify() == []
     with msgcask.open(store_path, compaction_interval=None) as store:
         assert [m.id for m in store.queue("q").browse()] == ids
+
+
+def test_an_idle_pass_that_cannot_give_back_the_space_warns_and_loses_nothing(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Cutting the head's allocated tail fails (EIO): the pass still succeeds, the
+    # log says the space is freed at close, and the head takes appends as before.
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        q = store.queue("q")
+        ids = [q.put(b"m" * 500) for _ in range(20)]
+        head = store._journal.head
+        allocated = os.path.getsize(head.path)
+        store.compact()  # writes came since the last pass: not idle
+
+        def failing_ftruncate(fd: int, size: int) -> None:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+        with monkeypatch.context() as patch, caplog.at_level("WARNING", logger="msgcask"):
+            patch.setattr(os, "ftruncate", failing_ftruncate)
+            report = store.compact()  # idle: tries to give the space back
+        assert report.files_deleted == report.files_rewritten == 0
+        assert "freed when the store is closed" in caplog.text
+        assert store._journal.head is head
+        assert os.path.getsize(head.path) == allocated  # still allocated
+        ids.append(q.put(b"n" * 500))
+        assert [m.id for m in q.browse()] == ids
+        assert store.stats().compaction.failed_passes == 0
+        assert store.verify() == []
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert [m.id for m in store.queue("q").browse()] == ids
+        assert store.verify() == []
