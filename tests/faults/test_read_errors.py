@@ -259,3 +259,54 @@ def test_a_rebuild_cut_short_by_a_read_error_leaves_no_half_index(store_path: Pa
         assert store.recovery.mode == "rebuild"
         assert [m.id for m in store.queue("q").browse()] == ids
         assert store.verify() == []
+
+
+def settle(store: msgcask.Store) -> list[msgcask.CompactionReport]:
+    """Run passes until one does nothing (at most 10); return them."""
+    reports = [store.compact()]
+    while len(reports) < 10 and (reports[-1].files_rewritten or reports[-1].files_deleted):
+        reports.append(store.compact())
+    return reports
+
+
+def test_acks_whose_put_file_cannot_be_read_are_all_kept(store_path: Path) -> None:
+    # A pass rewriting an ACK file reads the highest PUT id of a journal file that
+    # seems to count more of those ACKs than it holds (those of a deleted file after
+    # it). While that file cannot be read, every such ACK is copied (none may be taken
+    # for a deleted file's and dropped, or a rebuild would bring messages back); once
+    # it reads again, the passes settle with only the ACKs it counts.
+    fs = FaultyFileSystem()
+    options: dict[str, object] = {"max_file_size": SMALL_FILE, "compaction_interval": None}
+    with msgcask.Store(store_path, _fs=fs, **options) as store:  # type: ignore[arg-type]
+        keep, drop = store.queue("keep"), store.queue("drop")
+        kept = set()
+        for j in range(63):  # file 1: three of every five messages kept
+            if j % 5 < 3:
+                kept.add(keep.put(b"x" * 1000))
+            else:
+                drop.put(b"x" * 1000)
+        for _ in range(5 * 63):  # files after it: all consumed
+            drop.put(b"x" * 1000)
+        drop.purge()  # every ACK in the head
+        ack_file = store._journal.head_id
+        counted = store._acct[1].acked_in[ack_file]
+        first = store_path / "0000000001.log"
+        dropped = put_offsets(first)[min(set(put_offsets(first)) - kept)]
+        fs.bad_sectors[str(first)] = {dropped + 100}  # in a consumed message's body
+        unreadable = settle(store)
+        # Each pass copies all the ACKs again: what it copies is as big as what it frees.
+        assert unreadable[-1].files_rewritten == 1
+        assert unreadable[-1].bytes_copied >= unreadable[-1].bytes_reclaimed
+        assert {m.id for m in keep.browse()} == kept
+        fs.bad_sectors.clear()
+        readable = settle(store)
+        assert not (readable[-1].files_rewritten or readable[-1].files_deleted), readable
+        [copy] = [f for f in store.stats().files if f.kind == "compacted"]
+        assert copy.needed_acks == counted
+        assert store.verify() == []
+    shutil.rmtree(store_path / "index")
+    with msgcask.Store(store_path, **options) as reopened:  # type: ignore[arg-type]
+        assert reopened.recovery.mode == "rebuild"
+        back = {m.id for name in reopened.queues() for m in reopened.queue(name).browse()}
+        assert back == kept
+        assert reopened.verify() == []
