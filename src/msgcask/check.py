@@ -280,8 +280,21 @@ def verify(store: Store) -> list[str]:
             for p in scan.puts.get(msg_id, []):
                 if p[3] != names.get(entry.queue_id):
                     problems.append(f"message {msg_id} is in the wrong queue")
-        if len(order) != len(live_index):
-            problems.append(f"{len(order)} order keys for {len(live_index)} live messages")
+        strays = []
+        for key in sorted(order):
+            msg_id = keys.order_key_id(key)
+            live = live_index.get(msg_id)
+            if live is None:
+                strays.append(
+                    f"order key of message {msg_id} in queue {_queue(names, key)}, "
+                    "which is not live in the index"
+                )
+            elif keys.order_key(live.queue_id, live.priority, msg_id) != key:
+                strays.append(
+                    f"order key of message {msg_id} in queue {_queue(names, key)}, "
+                    "which does not match its index entry's queue and priority"
+                )
+        problems += strays[:20]
         for qid, name in names.items():
             if catalog.counts.get(qid, 0) != counts.get(qid, 0):
                 problems.append(
@@ -294,10 +307,15 @@ def verify(store: Store) -> list[str]:
                 problems.append(f"index entries refer to unaccounted file {file_id}")
                 continue
             got = (acct.live_bytes, acct.live_messages, acct.needed_marks, acct.dead_puts)
-            if got != (lb, ln, marks, dead):
-                problems.append(
-                    f"file {file_id} accounting {got} != index entries {(lb, ln, marks, dead)}"
+            wrong = [
+                f"{what} {have} (its index entries add up to {want})"
+                for what, have, want in zip(
+                    _ACCOUNT_FIELDS, got, (lb, ln, marks, dead), strict=True
                 )
+                if have != want
+            ]
+            if wrong:
+                problems.append(f"file {file_id}'s account in the index says " + ", ".join(wrong))
         on_disk = {f.file_id: f.size for f in scan.files}
         for file_id, acct in store._acct.files.items():
             if acct.retired or file_id in unread:
@@ -313,6 +331,15 @@ def verify(store: Store) -> list[str]:
             if found is not None and found not in store._acct.files:
                 problems.append(f"file {found} is on disk but unknown to the index")
     return problems
+
+
+_ACCOUNT_FIELDS = ("live bytes", "live messages", "needed ACK marks", "dead PUTs")
+
+
+def _queue(names: dict[int, str], key: bytes) -> str:
+    """The name of the queue an order key is in, quoted, or its id if no queue has it."""
+    (qid,) = keys.ORDER_PREFIX.unpack_from(key)
+    return repr(names[qid]) if qid in names else f"id {qid} (no such queue)"
 
 
 def _check_counted_acks(

@@ -438,3 +438,26 @@ def test_why_kept_of_a_negative_file_id_says_what_file_ids_are(
     # A misspelt option is still one.
     code, output = _run(main, ["why-kept", str(store_dir), "1", "--max-file-sise", "65536"])
     assert code == 2 and "No such option" in output
+
+
+def test_check_index_names_an_order_key_of_a_message_not_live(store_dir: Path) -> None:
+    # The index keeps an order key for a message nothing holds live: the report
+    # names the message and its queue, not only a count of keys.
+    from msgcask.index import keys
+    from msgcask.index.env import IndexEnv
+
+    with msgcask.open(store_dir, compaction_interval=None) as store:
+        [message] = store.queue("q").browse()
+        qid = store._catalog.queue_ids["q"]
+    stray = message.id + 1000
+    env = IndexEnv(str(store_dir / "index"))
+    try:
+        env.txn.put(keys.order_key(qid, 4, stray), b"", db=env.order)
+        env.commit()
+        env.sync()
+    finally:
+        env.close()
+    code, output = _run(main, ["check", "--index", str(store_dir)])
+    assert code == 1, output
+    expected = f"PROBLEM: index: order key of message {stray} in queue 'q', which is not live"
+    assert expected in output, output

@@ -7,13 +7,16 @@ disk. Each test is named after the state it recovers from.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import pytest
@@ -79,16 +82,24 @@ def abandon(store: msgcask.Store) -> None:
         store._lock_file.release()
 
 
-def set_meta(store_path: Path, values: dict[bytes, bytes]) -> None:
-    """Overwrite values in the index's meta table, behind the store's back."""
+@contextlib.contextmanager
+def index_table(store_path: Path, table: bytes) -> Iterator[tuple[lmdb.Transaction, Any]]:
+    """A write transaction on one table of a closed store's index, behind the
+    store's back: (transaction, table), committed when the block ends."""
     env = lmdb.open(str(store_path / "index"), max_dbs=8, lock=False, map_size=2**30)
     try:
-        meta = env.open_db(b"meta", create=False)
+        db = env.open_db(table, create=False)
         with env.begin(write=True) as txn:
-            for key, value in values.items():
-                txn.put(key, value, db=meta)
+            yield txn, db
     finally:
         env.close()
+
+
+def set_meta(store_path: Path, values: dict[bytes, bytes]) -> None:
+    """Overwrite values in the index's meta table, behind the store's back."""
+    with index_table(store_path, b"meta") as (txn, meta):
+        for key, value in values.items():
+            txn.put(key, value, db=meta)
 
 
 def make_store(path: Path, n: int = 5) -> dict[int, bytes]:
@@ -334,13 +345,8 @@ def test_checkpoint_past_the_journal_end_forces_a_rebuild(store_path: Path) -> N
 
 def delete_meta(store_path: Path, key: bytes) -> None:
     """Remove a value from the index's meta table, behind the store's back."""
-    env = lmdb.open(str(store_path / "index"), max_dbs=8, lock=False, map_size=2**30)
-    try:
-        meta = env.open_db(b"meta", create=False)
-        with env.begin(write=True) as txn:
-            assert txn.delete(key, db=meta)
-    finally:
-        env.close()
+    with index_table(store_path, b"meta") as (txn, meta):
+        assert txn.delete(key, db=meta)
 
 
 def test_index_without_a_checkpoint_forces_a_rebuild(store_path: Path) -> None:
@@ -588,14 +594,9 @@ def test_index_from_an_older_format_is_rebuilt(store_path: Path) -> None:
 
 def test_a_damaged_file_account_makes_the_index_rebuilt(store_path: Path) -> None:
     messages = make_store(store_path)
-    env = lmdb.open(str(store_path / "index"), max_dbs=8, lock=False, map_size=2**30)
-    try:
-        files = env.open_db(b"files", create=False)
-        with env.begin(write=True) as txn:
-            key, value = next(iter(txn.cursor(db=files)))
-            txn.put(key, value[:-3], db=files)  # a pair cut short
-    finally:
-        env.close()
+    with index_table(store_path, b"files") as (txn, files):
+        key, value = next(iter(txn.cursor(db=files)))
+        txn.put(key, value[:-3], db=files)  # a pair cut short
     with open_store(store_path) as store:
         assert store.recovery.mode == "rebuild"
         assert "file account in the index is damaged" in store.recovery.reason
@@ -673,3 +674,98 @@ def test_newest_data_file_without_a_header_is_removed_and_reported(
         assert browse(store) == sorted(expected.items())
         assert store.verify() == []
     assert not newest.exists()
+
+
+# verify() against an index edited behind the store's back. The store was closed
+# cleanly, so opening it trusts the index as it is: only verify() can see the edit.
+
+
+def _consumed_store(store_path: Path) -> tuple[list[int], int]:
+    """Five messages put in queue "q", the first consumed: (ids, the queue's id)."""
+    with open_store(store_path) as store:
+        q = store.queue("q")
+        ids = [q.put(b"message %d" % i) for i in range(5)]
+        q.ack(q.get(block=False))
+        qid = store._catalog.queue_ids["q"]
+    return ids, qid
+
+
+def _verify_trusted(store_path: Path) -> list[str]:
+    with open_store(store_path) as store:
+        assert store.recovery.mode != "rebuild", store.recovery.reason
+        return store.verify()
+
+
+def test_verify_names_a_live_message_without_an_order_key(store_path: Path) -> None:
+    ids, qid = _consumed_store(store_path)
+    with index_table(store_path, b"order") as (txn, order):
+        assert txn.delete(keys.order_key(qid, 4, ids[2]), db=order)
+    assert _verify_trusted(store_path) == [f"live message {ids[2]} has no order key"]
+
+
+@pytest.mark.parametrize("which", ["consumed", "never put"])
+def test_verify_names_an_order_key_of_a_message_not_live(store_path: Path, which: str) -> None:
+    ids, qid = _consumed_store(store_path)
+    msg_id = ids[0] if which == "consumed" else ids[-1] + 100
+    with index_table(store_path, b"order") as (txn, order):
+        txn.put(keys.order_key(qid, 4, msg_id), b"", db=order)
+    assert _verify_trusted(store_path) == [
+        f"order key of message {msg_id} in queue 'q', which is not live in the index"
+    ]
+
+
+def test_verify_names_an_order_key_that_disagrees_with_its_message(store_path: Path) -> None:
+    ids, qid = _consumed_store(store_path)
+    with index_table(store_path, b"order") as (txn, order):
+        assert txn.delete(keys.order_key(qid, 4, ids[1]), db=order)
+        txn.put(keys.order_key(qid, 7, ids[1]), b"", db=order)  # another priority
+    assert _verify_trusted(store_path) == [
+        f"live message {ids[1]} has no order key",
+        f"order key of message {ids[1]} in queue 'q', which does not match its index"
+        " entry's queue and priority",
+    ]
+
+
+def test_verify_names_a_queue_whose_count_disagrees(store_path: Path) -> None:
+    _, qid = _consumed_store(store_path)
+    with index_table(store_path, b"queues") as (txn, queues):
+        txn.put(b"q", keys.QUEUE_VALUE.pack(qid, 6), db=queues)
+    assert _verify_trusted(store_path) == ["queue 'q' counts 6 messages, index holds 4"]
+
+
+def test_verify_names_a_file_account_whose_live_counts_disagree(store_path: Path) -> None:
+    from msgcask.index.accounting import FileAccount
+
+    _consumed_store(store_path)
+    with index_table(store_path, b"files") as (txn, files):
+        key, value = next(iter(txn.cursor(db=files)))
+        account = FileAccount.unpack(keys.FILE_KEY.unpack(key)[0], value)
+        account.live_messages += 1
+        account.live_bytes -= 7
+        txn.put(key, account.pack(), db=files)
+    [problem] = _verify_trusted(store_path)
+    assert problem == (
+        f"file {account.file_id}'s account in the index says"
+        f" live bytes {account.live_bytes} (its index entries add up to {account.live_bytes + 7}),"
+        " live messages 5 (its index entries add up to 4)"
+    )
+
+
+def test_verify_names_a_message_whose_entry_points_at_no_put_record(store_path: Path) -> None:
+    ids, _ = _consumed_store(store_path)
+    with index_table(store_path, b"msgs") as (txn, msgs):
+        entry = keys.unpack_msg(txn.get(keys.msg_key(ids[3]), db=msgs))
+        assert isinstance(entry, keys.Live)
+        txn.put(
+            keys.msg_key(ids[3]), keys.pack_live(entry._replace(offset=entry.offset + 1)), db=msgs
+        )
+    assert _verify_trusted(store_path) == [f"message {ids[3]} points at no PUT record of its id"]
+
+
+def test_verify_names_a_live_message_missing_from_the_index(store_path: Path) -> None:
+    ids, _ = _consumed_store(store_path)
+    with index_table(store_path, b"msgs") as (txn, msgs):
+        assert txn.delete(keys.msg_key(ids[4]), db=msgs)
+    problems = _verify_trusted(store_path)
+    assert problems[0] == f"message {ids[4]} is live in the data files but not in the index"
+    assert f"order key of message {ids[4]} in queue 'q', which is not live in the index" in problems
