@@ -257,6 +257,11 @@ def test_bench_refuses_a_size_mix_batch_too_big_for_a_data_file_before_running(
             "--crash-messages sizes the kill -9 measurement that --no-reopen skips",
         ),
         (["steady", "--size-mix", "--size", "512"], "--size-mix draws every body's size"),
+        # The clash is named before the size it makes unread is checked.
+        (
+            ["dlq-heavy", "--size", "10", "--size-mix", "-n", "10"],
+            "--size-mix draws every body's size",
+        ),
     ],
 )
 def test_bench_refuses_counts_it_cannot_run_and_options_the_workload_ignores(

@@ -31,6 +31,7 @@ from msgcask.workloads.config import (
     READ_BY,
     WORKLOAD_NAMES,
     RunConfig,
+    store_size_limit,
 )
 
 MiB = 2**20
@@ -202,12 +203,9 @@ def _given(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
 
 
-def _refuse_unread_options(
-    ctx: click.Context, workload: str, compaction: str, capped: bool
-) -> None:
-    """A usage error for an option given for a run that does not read it: the run
-    would ignore it and measure something else than asked. ``capped``: the run's
-    store has a max_store_size (given, or the workload's default)."""
+def _refuse_unread_options(ctx: click.Context, workload: str) -> None:
+    """A usage error for an option given for a workload that does not read it: the
+    run would ignore it and measure something else than asked."""
     for name, readers in READ_BY.items():
         if workload not in readers and _given(ctx, name):
             param = _param(ctx, name)
@@ -215,6 +213,13 @@ def _refuse_unread_options(
                 f"{max(param.opts, key=len)} is read by {', '.join(readers)} only; "
                 f"{workload} does not use it: leave it out"
             )
+
+
+def _refuse_overridden_options(ctx: click.Context, compaction: str, capped: bool) -> None:
+    """A usage error for an option another option given makes the run ignore.
+    Called before the values are checked: a value of an option the run would not
+    read (--size 10 with --size-mix) is not the problem to name. ``capped``: the
+    run's store has a max_store_size (given, or the workload's default)."""
     # (option, whether another option given makes the run ignore it, what to do)
     overridden = (
         (
@@ -439,6 +444,8 @@ def bench(
 
     _quiet_scheduler_log()
     _check_store_size(ctx, max_store_size, max_file_size)
+    capped = store_size_limit(workload, max_store_size, max_file_size) is not None
+    _refuse_overridden_options(ctx, compaction, capped)
     try:
         cfg = RunConfig(
             workload=workload,
@@ -472,7 +479,7 @@ def bench(
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from e
-    _refuse_unread_options(ctx, workload, compaction, cfg.store_size_limit is not None)
+    _refuse_unread_options(ctx, workload)
     _check_dirs(out_dir, workdir, workload)
     with _ended_by_sigterm():
         doc, path = run_and_write(

@@ -247,9 +247,7 @@ class RunConfig:
     @property
     def store_size_limit(self) -> int | None:
         """max_store_size; priority-pin gets 32 data files by default so it can fill up."""
-        if self.max_store_size is None and self.workload == "priority-pin":
-            return 32 * self.max_file_size
-        return self.max_store_size
+        return store_size_limit(self.workload, self.max_store_size, self.max_file_size)
 
     @property
     def pin_rounds(self) -> int:
@@ -271,3 +269,11 @@ class RunConfig:
         params["max_store_size"] = self.store_size_limit
         params["rounds"] = self.pin_rounds
         return params
+
+
+def store_size_limit(workload: str, max_store_size: int | None, max_file_size: int) -> int | None:
+    """``RunConfig.store_size_limit`` of a run of ``workload`` with these settings,
+    known before the rest of its options are checked."""
+    if max_store_size is None and workload == "priority-pin":
+        return 32 * max_file_size
+    return max_store_size
