@@ -315,6 +315,29 @@ def test_a_background_pass_that_fails_unexpectedly_is_logged_counted_and_retried
         assert store.verify() == []
 
 
+def test_a_repeating_unexpected_failure_logs_its_traceback_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A bug that fails every pass the same way must not write a traceback per
+    # pass: logged once, like a repeating msgcask error, and again if it changes.
+    message = ["unexpected"]
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(message[0])
+
+    monkeypatch.setattr(runner, "rewrite", failing)
+    with _open(tmp_path / "store") as store:
+        _make_sparse_files(store)
+        _wait_for(lambda: store.stats().compaction.failed_passes >= 3, "three failed passes")
+        message[0] = "another"
+        seen = store.stats().compaction.failed_passes
+        _wait_for(lambda: store.stats().compaction.failed_passes >= seen + 2, "two more")
+        store.pause_compaction()
+    logged = [r for r in caplog.records if "background compaction pass failed" in r.message]
+    assert [r.exc_info[1].args for r in logged if r.exc_info] == [("unexpected",), ("another",)]
+    assert len(logged) == 2
+
+
 def test_a_background_pass_that_meets_a_raw_index_error_stops_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

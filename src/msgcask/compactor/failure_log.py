@@ -17,10 +17,15 @@ class RepeatedFailureLog:
         self._what = what
         self._last = ""
 
-    def failed(self, error: Exception) -> None:
-        if str(error) != self._last:
-            self._last = str(error)
-            log.error("msgcask: %s failed: %s", self._what, error)
+    def failed(self, error: Exception, *, traceback: bool = False) -> None:
+        """Log ``error`` unless it repeats the last failure logged; ``traceback``:
+        with its traceback (an error msgcask does not raise itself: a bug)."""
+        said = f"{type(error).__name__}: {error}" if traceback else str(error)
+        if said != self._last:
+            self._last = said
+            log.error(
+                "msgcask: %s failed: %s", self._what, error, exc_info=error if traceback else None
+            )
 
     def succeeded(self) -> None:
         self._last = ""

@@ -83,8 +83,10 @@ class CompactionScheduler:
         except Error as e:
             self._failures.failed(e)
             return
-        except Exception:
-            log.exception("msgcask: background compaction pass failed")
+        except Exception as e:  # noqa: BLE001 - logged with its traceback
+            # Not succeeded(): a bug failing every pass alike would log a traceback per pass.
+            self._failures.failed(e, traceback=True)
+            return
         self._failures.succeeded()
 
     def run_soon(self) -> None:
