@@ -588,6 +588,22 @@ def test_the_reopen_after_kill_9_keeps_its_torn_tail_warning_out_of_stderr(
     assert "torn" not in capsys.readouterr().err
 
 
+def test_the_kill_9_child_keeps_a_capped_store_at_its_cap(tmp_path: Path) -> None:
+    # --crash-messages past what max_store_size holds: the child makes room by
+    # consuming the oldest messages, and is killed with the store full.
+    import msgcask
+    from msgcask.workloads.crash import COUNT_EVERY, measure_crash_reopen
+
+    path = tmp_path / "capped"
+    cfg = RunConfig(crash_messages=1000, max_file_size=64 * 1024, max_store_size=4 * 64 * 1024)
+    result = measure_crash_reopen("msgcask", str(path), cfg, True)
+    assert result["error"] is None and result["killed_by"] == "SIGKILL", result
+    with msgcask.open(path, compaction_interval=None, max_file_size=64 * 1024) as store:
+        held = len(store.queue(store.queues()[0]))
+    # 1,000 puts of 1 KiB do not fit in 256 KiB: some were consumed to make room.
+    assert result["messages"] <= held <= result["messages"] + COUNT_EVERY < 1000
+
+
 def test_the_result_is_kept_when_matplotlib_is_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

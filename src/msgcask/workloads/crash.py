@@ -3,8 +3,10 @@
 The parent runs ``python -m msgcask.workloads.crash``, waits until the child
 says it has put ``crash_messages`` messages, lets it go on putting for a
 moment, sends SIGKILL, then times opening the store again. The child goes on
-saying how many it has put, every ``COUNT_EVERY``, so the result gives the size
-of the store each subject reopened (they put at different speeds meanwhile).
+saying how many messages its store holds, every ``COUNT_EVERY`` puts, so the
+result gives the size of the store each subject reopened (they put at different
+speeds meanwhile). A store with a ``max_store_size`` is kept at its cap: when a
+put is refused, the child consumes the oldest messages to make room.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from msgcask.workloads.config import RunConfig
 from msgcask.workloads.factory import make_subject
 from msgcask.workloads.payload import Payloads
+from msgcask.workloads.subjects.base import Subject
 
 READY_LINE = "filled"
 FILL_TIMEOUT = 600.0  # seconds the parent waits for the child to fill
@@ -49,7 +52,7 @@ def measure_crash_reopen(
             stderr=err,
             text=True,
         )
-        put = cfg.crash_messages
+        held = cfg.crash_messages
         try:
             line = _read_line(child, FILL_TIMEOUT)
             if line == READY_LINE:
@@ -62,7 +65,7 @@ def measure_crash_reopen(
             assert child.stdout is not None
             # The last count the child reported (a line the kill cut short says nothing).
             counts = [n for n in child.stdout.read().split("\n")[:-1] if n.isdigit()]
-            put = int(counts[-1]) if counts else put
+            held = int(counts[-1]) if counts else held
         if line != READY_LINE:
             err.seek(0)
             tail = err.read().strip()[-800:]
@@ -79,7 +82,7 @@ def measure_crash_reopen(
     subject.close()
     return {
         "seconds": seconds,
-        "messages": put,  # returned puts before the kill, less at most COUNT_EVERY
+        "messages": held,  # messages held at the kill (put, not consumed), less at most COUNT_EVERY
         "error": None,
         "killed_by": "SIGKILL" if child.returncode == -signal.SIGKILL else child.returncode,
         "recovery_log": recovery_log,
@@ -115,20 +118,52 @@ def _read_line(child: subprocess.Popen[str], timeout: float) -> str:
     return child.stdout.readline().strip()
 
 
+class _Filler:
+    """Puts into the killed child's store; at ``max_store_size`` (msgcask's cap),
+    consumes the oldest ``COUNT_EVERY`` messages to make room, so a capped store
+    is killed full, not refused ``--crash-messages`` puts past its cap."""
+
+    def __init__(self, subject: Subject) -> None:
+        self.subject = subject
+        self.held = 0  # messages put and not consumed: the store's size
+
+    def put(self, body: bytes) -> None:
+        from msgcask import StoreFullError
+
+        while True:
+            try:
+                self.subject.put(body)
+            except StoreFullError:
+                if not self._consume(COUNT_EVERY):
+                    raise  # nothing left to consume: the body alone does not fit
+                continue
+            self.held += 1
+            return
+
+    def _consume(self, n: int) -> int:
+        done = 0
+        while done < n and (d := self.subject.get(0.0)) is not None:
+            self.subject.ack(d)
+            done += 1
+        self.held -= done
+        return done
+
+
 def _child(spec: dict[str, Any]) -> None:
     cfg = RunConfig(**spec["config"])
     subject = make_subject(spec["name"], spec["path"], cfg, spec["compaction"])
     subject.open()
     payloads = Payloads(cfg.size, cfg.size_mix, cfg.seed)
+    filler = _Filler(subject)
     for i in range(cfg.crash_messages):
-        subject.put(payloads.body(i))
-    print(READY_LINE, flush=True)
+        filler.put(payloads.body(i))
+    print(READY_LINE, filler.held, sep="\n", flush=True)
     i, deadline = cfg.crash_messages, time.monotonic() + CHILD_LIMIT
     while time.monotonic() < deadline:  # until the parent's SIGKILL; bounded if it died
-        subject.put(payloads.body(i))
+        filler.put(payloads.body(i))
         i += 1
         if i % COUNT_EVERY == 0:
-            print(i, flush=True)
+            print(filler.held, flush=True)
 
 
 if __name__ == "__main__":
