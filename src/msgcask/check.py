@@ -295,6 +295,8 @@ def verify(store: Store) -> list[str]:
                     "which does not match its index entry's queue and priority"
                 )
         problems += strays[:20]
+        if len(strays) > 20:
+            problems.append(f"{len(strays) - 20} more order keys like these")
         for qid, name in names.items():
             if catalog.counts.get(qid, 0) != counts.get(qid, 0):
                 problems.append(

@@ -714,6 +714,20 @@ def test_verify_names_an_order_key_of_a_message_not_live(store_path: Path, which
     ]
 
 
+def test_verify_names_twenty_stray_order_keys_and_counts_the_rest(store_path: Path) -> None:
+    ids, qid = _consumed_store(store_path)
+    strays = [ids[-1] + 100 + i for i in range(25)]
+    with index_table(store_path, b"order") as (txn, order):
+        for msg_id in strays:
+            txn.put(keys.order_key(qid, 4, msg_id), b"", db=order)
+    problems = _verify_trusted(store_path)
+    assert problems[:20] == [
+        f"order key of message {msg_id} in queue 'q', which is not live in the index"
+        for msg_id in strays[:20]
+    ]
+    assert problems[20:] == ["5 more order keys like these"]
+
+
 def test_verify_names_an_order_key_that_disagrees_with_its_message(store_path: Path) -> None:
     ids, qid = _consumed_store(store_path)
     with index_table(store_path, b"order") as (txn, order):
