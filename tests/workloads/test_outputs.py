@@ -601,7 +601,9 @@ def test_the_kill_9_child_keeps_a_capped_store_at_its_cap(tmp_path: Path) -> Non
     with msgcask.open(path, compaction_interval=None, max_file_size=64 * 1024) as store:
         held = len(store.queue(store.queues()[0]))
     # 1,000 puts of 1 KiB do not fit in 256 KiB: some were consumed to make room.
-    assert result["messages"] <= held <= result["messages"] + COUNT_EVERY < 1000
+    # The child's last count may miss the puts since, or one batch it consumed.
+    assert abs(held - result["messages"]) <= COUNT_EVERY
+    assert held < 1000
 
 
 def test_the_result_is_kept_when_matplotlib_is_missing(

@@ -82,7 +82,7 @@ def measure_crash_reopen(
     subject.close()
     return {
         "seconds": seconds,
-        "messages": held,  # messages held at the kill (put, not consumed), less at most COUNT_EVERY
+        "messages": held,  # messages held at the kill (put, not consumed), to within COUNT_EVERY
         "error": None,
         "killed_by": "SIGKILL" if child.returncode == -signal.SIGKILL else child.returncode,
         "recovery_log": recovery_log,
@@ -127,18 +127,22 @@ class _Filler:
         self.subject = subject
         self.held = 0  # messages put and not consumed: the store's size
 
-    def put(self, body: bytes) -> None:
+    def put(self, body: bytes) -> int:
+        """Put ``body``; return how many messages were consumed to make room."""
         from msgcask import StoreFullError
 
+        consumed = 0
         while True:
             try:
                 self.subject.put(body)
             except StoreFullError:
-                if not self._consume(COUNT_EVERY):
+                done = self._consume(COUNT_EVERY)
+                if not done:
                     raise  # nothing left to consume: the body alone does not fit
+                consumed += done
                 continue
             self.held += 1
-            return
+            return consumed
 
     def _consume(self, n: int) -> int:
         done = 0
@@ -160,9 +164,11 @@ def _child(spec: dict[str, Any]) -> None:
     print(READY_LINE, filler.held, sep="\n", flush=True)
     i, deadline = cfg.crash_messages, time.monotonic() + CHILD_LIMIT
     while time.monotonic() < deadline:  # until the parent's SIGKILL; bounded if it died
-        filler.put(payloads.body(i))
+        consumed = filler.put(payloads.body(i))
         i += 1
-        if i % COUNT_EVERY == 0:
+        # Said at once after consuming, so the last count is off by at most
+        # COUNT_EVERY either way: puts since, or one batch consumed.
+        if consumed or i % COUNT_EVERY == 0:
             print(filler.held, flush=True)
 
 
