@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from msgcask.plural import counted
 from msgcask.store.recovery import CorruptionReport
-
-
-def counted(n: int, thing: str) -> str:
-    """``n`` things, in words: the singular for one."""
-    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
 
 
 @dataclass(frozen=True, slots=True)

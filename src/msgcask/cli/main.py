@@ -20,7 +20,7 @@ from msgcask.check import ScanReport, scan_files
 from msgcask.cli.bench import FILE_SIZE, BoundedFloat, bench, demo
 from msgcask.cli.pipeline import pipeline
 from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE
-from msgcask.stats import counted
+from msgcask.plural import counted
 from msgcask.store.disk_advice import cannot_list
 from msgcask.store.filenames import LOCK_FILE, data_file_ids, parse_data_file_name
 from msgcask.store.lockfile import lock_holder

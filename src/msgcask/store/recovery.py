@@ -37,6 +37,7 @@ from msgcask.index import keys
 from msgcask.index.accounting import Accounting, FileAccount
 from msgcask.index.catalog import Catalog
 from msgcask.index.env import INDEX_FORMAT_VERSION, IndexEnv, IndexUnusable, boot_id, remove_index
+from msgcask.plural import counted
 from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.filenames import INDEX_DIR, data_file_ids, data_file_name, parse_data_file_name
@@ -189,11 +190,10 @@ def _held_live(account: FileAccount) -> str:
     """What the index says a missing file held, for the rebuild's reason: the
     rebuild reads only the files on disk, so a user who removed or restored files
     by hand learns what that cost."""
-    count = account.live_messages
-    if not count:
+    if not account.live_messages:
         return ""
     return (
-        f"; the index counted {count} live message{'s' if count > 1 else ''} "
+        f"; the index counted {counted(account.live_messages, 'live message')} "
         f"({account.live_bytes} bytes) in it, and those no other data file holds are lost"
     )
 
