@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,9 @@ from xxhash import xxh3_64_intdigest
 
 import msgcask
 from msgcask.index import keys
+from msgcask.index.accounting import FileAccount
 from msgcask.index.env import INDEX_FORMAT_VERSION, boot_id
+from msgcask.options import MIN_FILE_SIZE
 from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.filenames import data_file_name
@@ -783,3 +785,84 @@ def test_verify_names_a_live_message_missing_from_the_index(store_path: Path) ->
     problems = _verify_trusted(store_path)
     assert problems[0] == f"message {ids[4]} is live in the data files but not in the index"
     assert f"order key of message {ids[4]} in queue 'q', which is not live in the index" in problems
+
+
+def _edit_entry(store_path: Path, msg_id: int, **changes: int) -> keys.Live:
+    """Rewrite the LIVE entry of ``msg_id`` with ``changes``; return it as it was."""
+    with index_table(store_path, b"msgs") as (txn, msgs):
+        entry = keys.unpack_msg(txn.get(keys.msg_key(msg_id), db=msgs))
+        assert isinstance(entry, keys.Live)
+        txn.put(keys.msg_key(msg_id), keys.pack_live(entry._replace(**changes)), db=msgs)
+    return entry
+
+
+def _edit_account(store_path: Path, file_id: int, edit: Callable[[FileAccount], object]) -> None:
+    """Change the index's account of ``file_id`` with ``edit``."""
+    with index_table(store_path, b"files") as (txn, files):
+        key = keys.FILE_KEY.pack(file_id)
+        account = FileAccount.unpack(file_id, txn.get(key, db=files))
+        edit(account)
+        txn.put(key, account.pack(), db=files)
+
+
+def _two_file_store(store_path: Path) -> list[int]:
+    """Messages 1 and 2 in file 1, message 3 in file 2; message 1 consumed, its ACK
+    in file 2 and counted in file 1's ``acked_in`` (no entry of its own)."""
+    with open_store(store_path, max_file_size=MIN_FILE_SIZE) as store:
+        q = store.queue("q")
+        ids = [q.put(b"a" * 40_000), q.put(b"b"), q.put(b"c" * 40_000)]
+        q.ack(q.get(block=False))
+        assert [(f, a.acked_in) for f, a in store._acct.files.items()] == [(1, {2: 1}), (2, {})]
+        assert store._catalog.lookup(ids[0]) is None
+    return ids
+
+
+@pytest.mark.parametrize("unknown", ["put_file", "ack_file"])
+def test_verify_names_an_acked_entry_that_refers_to_an_unknown_file(
+    store_path: Path, unknown: str
+) -> None:
+    ids, _ = _consumed_store(store_path)  # one file: the consumed message has no entry
+    files = {"put_file": 1, "ack_file": 1, unknown: 77}
+    with index_table(store_path, b"msgs") as (txn, msgs):
+        txn.put(keys.msg_key(ids[0]), keys.pack_acked(**files), db=msgs)
+    # The entry's other file is counted as the entry says.
+    counter = "needed ACK marks" if unknown == "put_file" else "dead PUTs"
+    assert _verify_trusted(store_path) == [
+        f"acked message {ids[0]} refers to unknown file 77",
+        f"file 1's account in the index says {counter} 0 (its index entries add up to 1)",
+    ]
+
+
+def test_verify_names_a_live_message_in_an_unknown_file(store_path: Path) -> None:
+    ids, _ = _consumed_store(store_path)
+    entry = _edit_entry(store_path, ids[2], file_id=77)
+    assert _verify_trusted(store_path) == [
+        f"message {ids[2]} is in unknown file 77",
+        f"message {ids[2]} points at no PUT record of its id",
+        f"file 1's account in the index says live bytes {4 * entry.size}"
+        f" (its index entries add up to {3 * entry.size}),"
+        " live messages 4 (its index entries add up to 3)",
+    ]
+
+
+def test_verify_names_a_count_of_acks_in_an_unknown_file(store_path: Path) -> None:
+    _consumed_store(store_path)
+    _edit_account(store_path, 1, lambda account: account.acked_in.update({77: 1}))
+    assert _verify_trusted(store_path) == ["file 1 counts ACKs in unknown file 77"]
+
+
+def test_verify_names_a_file_whose_size_is_not_its_accounted_size(store_path: Path) -> None:
+    _two_file_store(store_path)
+    size = (store_path / data_file_name(1)).stat().st_size
+    _edit_account(store_path, 1, lambda account: setattr(account, "size", size - 5))
+    assert _verify_trusted(store_path) == [f"file 1 is {size} bytes, accounted {size - 5}"]
+
+
+# ... and against data files changed behind an open store's back.
+
+
+def test_verify_names_a_data_file_the_index_does_not_know(store_path: Path) -> None:
+    _consumed_store(store_path)
+    with open_store(store_path) as store:
+        write_data_file(store_path, 9, [put_record(1000)])  # behind the open store's back
+        assert store.verify() == ["file 9 is on disk but unknown to the index"]
