@@ -277,9 +277,13 @@ def verify(store: Store) -> list[str]:
             locations = {(p[0], p[1]) for p in scan.puts.get(msg_id, [])}
             if locations and (entry.file_id, entry.offset) not in locations:
                 problems.append(f"message {msg_id} points at no PUT record of its id")
-            for p in scan.puts.get(msg_id, []):
-                if p[3] != names.get(entry.queue_id):
-                    problems.append(f"message {msg_id} is in the wrong queue")
+            # Said once per message, however many PUT records (copies) it has.
+            wrong = sorted({p[3] for p in scan.puts.get(msg_id, [])} - {names.get(entry.queue_id)})
+            if wrong:
+                problems.append(
+                    f"message {msg_id} is in queue {_queue_name(names, entry.queue_id)} in the "
+                    f"index but in queue {' and '.join(map(repr, wrong))} in its PUT record"
+                )
         strays = []
         for key in sorted(order):
             msg_id = keys.order_key_id(key)
@@ -341,6 +345,11 @@ _ACCOUNT_FIELDS = ("live bytes", "live messages", "needed ACK marks", "dead PUTs
 def _queue(names: dict[int, str], key: bytes) -> str:
     """The name of the queue an order key is in, quoted, or its id if no queue has it."""
     (qid,) = keys.ORDER_PREFIX.unpack_from(key)
+    return _queue_name(names, qid)
+
+
+def _queue_name(names: dict[int, str], qid: int) -> str:
+    """The name of queue ``qid``, quoted, or its id if no queue has it."""
     return repr(names[qid]) if qid in names else f"id {qid} (no such queue)"
 
 

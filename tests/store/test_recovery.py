@@ -858,6 +858,33 @@ def test_verify_names_a_file_whose_size_is_not_its_accounted_size(store_path: Pa
     assert _verify_trusted(store_path) == [f"file 1 is {size} bytes, accounted {size - 5}"]
 
 
+@pytest.mark.parametrize("copies", [1, 2])
+@pytest.mark.parametrize("queue", ["r", "no such queue"])
+def test_verify_names_a_message_whose_index_queue_is_not_its_put_records(
+    store_path: Path, copies: int, queue: str
+) -> None:
+    # The index moves message 1 to another queue whole (entry, order key and
+    # counts agree), so the one disagreement left is with its PUT records' queue.
+    records = [put_record(1)] * copies + [put_record(2), put_record(3, "r")]
+    write_data_file(store_path, 1, records)
+    with open_store(store_path) as store:
+        assert store.verify() == []
+        qid, rid = store._catalog.queue_ids["q"], store._catalog.queue_ids["r"]
+    to = rid if queue == "r" else 99
+    _edit_entry(store_path, 1, queue_id=to)
+    with index_table(store_path, b"order") as (txn, order):
+        assert txn.delete(keys.order_key(qid, 4, 1), db=order)
+        txn.put(keys.order_key(to, 4, 1), b"", db=order)
+    with index_table(store_path, b"queues") as (txn, queues):
+        txn.put(b"q", keys.QUEUE_VALUE.pack(qid, 1), db=queues)
+        if queue == "r":
+            txn.put(b"r", keys.QUEUE_VALUE.pack(rid, 2), db=queues)
+    named = "'r'" if queue == "r" else "id 99 (no such queue)"
+    assert _verify_trusted(store_path) == [
+        f"message 1 is in queue {named} in the index but in queue 'q' in its PUT record"
+    ]
+
+
 # ... and against data files changed behind an open store's back.
 
 
