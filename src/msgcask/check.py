@@ -243,13 +243,19 @@ def verify(store: Store) -> list[str]:
                 continue
             if entry.state == keys.STATE_LIVE:
                 live_index[msg_id] = entry
+            # A DELIVER record is a needed mark of its own file, whichever file the PUT
+            # record is in (deliver_file 0: the PUT record itself carries the count).
+            if entry.deliver_file and entry.deliver_file not in expected:
+                problems.append(
+                    f"message {msg_id}'s delivery count is in unknown file {entry.deliver_file}"
+                )
+            elif entry.deliver_file:
+                expected[entry.deliver_file][2] += 1
             if entry.file_id not in expected:
                 problems.append(f"message {msg_id} is in unknown file {entry.file_id}")
                 continue
             expected[entry.file_id][0] += entry.size
             expected[entry.file_id][1] += 1
-            if entry.deliver_file:
-                expected.setdefault(entry.deliver_file, [0, 0, 0, 0])[2] += 1
         # A file that could not be read is reported once, as that, and counts as damaged.
         unread = {f.file_id for f in scan.files if f.read_error}
         problems += [f"{f.path}: {f.read_error}" for f in scan.files if f.read_error]
@@ -308,10 +314,7 @@ def verify(store: Store) -> list[str]:
                     f"index holds {counts.get(qid, 0)}"
                 )
         for file_id, (lb, ln, marks, dead) in expected.items():
-            acct = store._acct.files.get(file_id)
-            if acct is None:
-                problems.append(f"index entries refer to unaccounted file {file_id}")
-                continue
+            acct = store._acct.files[file_id]  # expected has the accounted files only
             got = (acct.live_bytes, acct.live_messages, acct.needed_marks, acct.dead_puts)
             wrong = [
                 f"{what} {have} (its index entries add up to {want})"

@@ -885,6 +885,34 @@ def test_verify_names_a_message_whose_index_queue_is_not_its_put_records(
     ]
 
 
+def test_verify_names_a_deliver_record_in_an_unknown_file(store_path: Path) -> None:
+    ids, _ = _consumed_store(store_path)
+    _edit_entry(store_path, ids[2], deliveries=1, deliver_file=77)
+    assert _verify_trusted(store_path) == [
+        f"message {ids[2]}'s delivery count is in unknown file 77"
+    ]
+
+
+def test_verify_counts_the_deliver_record_of_a_message_in_an_unknown_file(
+    store_path: Path,
+) -> None:
+    # The entry's DELIVER record is in a known file: that file's needed marks count it.
+    ids, _ = _consumed_store(store_path)
+    with open_store(store_path) as store:
+        q = store.queue("q")
+        q.nack(q.get(block=False))
+        delivered = store._catalog.lookup(ids[1])
+        assert isinstance(delivered, keys.Live) and delivered.deliver_file == 1
+    entry = _edit_entry(store_path, ids[1], file_id=77)
+    assert _verify_trusted(store_path) == [
+        f"message {ids[1]} is in unknown file 77",
+        f"message {ids[1]} points at no PUT record of its id",
+        f"file 1's account in the index says live bytes {4 * entry.size}"
+        f" (its index entries add up to {3 * entry.size}),"
+        " live messages 4 (its index entries add up to 3)",
+    ]
+
+
 # ... and against data files changed behind an open store's back.
 
 
