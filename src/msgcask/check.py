@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from msgcask.errors import Error
 from msgcask.index import keys
 from msgcask.index.keys import Acked, Live
+from msgcask.plural import counted
 from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.filenames import parse_data_file_name
@@ -386,16 +387,17 @@ def _check_counted_acks(
                 problems.append(f"file {put_file} counts ACKs in unknown file {ack_file}")
                 continue
             expected[ack_file][2] += count
-            if on_disk.pop((put_file, ack_file), 0) != count and not {put_file, ack_file} & damaged:
+            held = on_disk.pop((put_file, ack_file), 0)
+            if held != count and not {put_file, ack_file} & damaged:
                 problems.append(
-                    f"file {put_file} counts {count} ACKs of its messages in file {ack_file}, "
-                    "the data files hold a different number"
+                    f"file {put_file} counts {counted(count, 'ACK')} of its messages in file "
+                    f"{ack_file}, the data files hold {held}"
                 )
     for (put_file, ack_file), count in sorted(on_disk.items())[:20]:
         if {put_file, ack_file} & damaged:
             continue
         problems.append(
-            f"file {ack_file} holds {count} ACKs of messages in file {put_file} "
+            f"file {ack_file} holds {counted(count, 'ACK')} of messages in file {put_file} "
             "that nothing in the index accounts for"
         )
     return problems

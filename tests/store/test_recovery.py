@@ -913,6 +913,24 @@ def test_verify_counts_the_deliver_record_of_a_message_in_an_unknown_file(
     ]
 
 
+def test_verify_names_a_count_of_acks_the_data_files_disagree_with(store_path: Path) -> None:
+    _two_file_store(store_path)
+    _edit_account(store_path, 1, lambda account: account.acked_in.update({2: 3}))
+    assert _verify_trusted(store_path) == [
+        "file 1 counts 3 ACKs of its messages in file 2, the data files hold 1",
+        "file 2's account in the index says needed ACK marks 1 (its index entries add up to 3)",
+    ]
+
+
+def test_verify_names_acks_that_no_count_accounts_for(store_path: Path) -> None:
+    _two_file_store(store_path)
+    _edit_account(store_path, 1, lambda account: account.acked_in.clear())
+    assert _verify_trusted(store_path) == [
+        "file 2 holds 1 ACK of messages in file 1 that nothing in the index accounts for",
+        "file 2's account in the index says needed ACK marks 1 (its index entries add up to 0)",
+    ]
+
+
 # ... and against data files changed behind an open store's back.
 
 
