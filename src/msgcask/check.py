@@ -260,7 +260,10 @@ def verify(store: Store) -> list[str]:
         # A file that could not be read is reported once, as that, and counts as damaged.
         unread = {f.file_id for f in scan.files if f.read_error}
         problems += [f"{f.path}: {f.read_error}" for f in scan.files if f.read_error]
-        damaged_files = {f.file_id for f in scan.files if f.damage} | unread
+        # An accounted file missing on disk (reported below) counts as damaged too: its
+        # live messages and counted ACKs went with it, no differences of their own.
+        gone = known - {f.file_id for f in scan.files}
+        damaged_files = {f.file_id for f in scan.files if f.damage} | unread | gone
         problems += _check_counted_acks(store, scan, expected, damaged_files)
         quarantined = set(store._quarantined)
         file_live = scan.live_ids - quarantined

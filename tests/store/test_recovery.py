@@ -939,3 +939,12 @@ def test_verify_names_a_data_file_the_index_does_not_know(store_path: Path) -> N
     with open_store(store_path) as store:
         write_data_file(store_path, 9, [put_record(1000)])  # behind the open store's back
         assert store.verify() == ["file 9 is on disk but unknown to the index"]
+
+
+def test_verify_names_an_accounted_file_missing_on_disk(store_path: Path) -> None:
+    # What the file held is gone with it: its live message and the ACKs its account
+    # counts are not differences of their own, as for a file that cannot be read.
+    _two_file_store(store_path)
+    with open_store(store_path) as store:
+        (store_path / data_file_name(1)).unlink()  # behind the open store's back
+        assert store.verify() == ["file 1 is accounted but missing on disk"]
