@@ -461,3 +461,31 @@ def test_check_index_names_an_order_key_of_a_message_not_live(store_dir: Path) -
     assert code == 1, output
     expected = f"PROBLEM: index: order key of message {stray} in queue 'q', which is not live"
     assert expected in output, output
+
+
+def test_check_index_names_a_message_whose_delivery_count_is_in_an_unknown_file(
+    store_dir: Path,
+) -> None:
+    from msgcask.index import keys
+    from msgcask.index.env import IndexEnv
+
+    with msgcask.open(store_dir, compaction_interval=None) as store:
+        [message] = store.queue("q").browse()
+    env = IndexEnv(str(store_dir / "index"))
+    try:
+        entry = keys.unpack_msg(env.txn.get(keys.msg_key(message.id), db=env.msgs))
+        assert isinstance(entry, keys.Live)
+        live = entry._replace(deliveries=1, deliver_file=77)
+        env.txn.put(keys.msg_key(message.id), keys.pack_live(live), db=env.msgs)
+        env.commit()
+        env.sync()
+    finally:
+        env.close()
+    code, output = _run(main, ["check", str(store_dir)])  # the data files alone are fine
+    assert code == 0, output
+    code, output = _run(main, ["check", "--index", str(store_dir)])
+    assert code == 1, output
+    assert output.splitlines()[1:] == [
+        "1 live message in 1 data file",
+        f"PROBLEM: index: message {message.id}'s delivery count is in unknown file 77",
+    ]
