@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from xxhash import xxh3_64_intdigest
 
 import msgcask
+from msgcask.check import scan_files
 from msgcask.index import keys
 from msgcask.index.accounting import FileAccount
 from msgcask.index.env import INDEX_FORMAT_VERSION, boot_id
@@ -928,6 +929,33 @@ def test_verify_names_acks_that_no_count_accounts_for(store_path: Path) -> None:
     assert _verify_trusted(store_path) == [
         "file 2 holds 1 ACK of messages in file 1 that nothing in the index accounts for",
         "file 2's account in the index says needed ACK marks 1 (its index entries add up to 0)",
+    ]
+
+
+@pytest.mark.parametrize("which", ["consumed", "never put"])
+def test_verify_names_a_message_live_in_the_index_but_not_in_the_data_files(
+    store_path: Path, which: str
+) -> None:
+    # The index holds the message live, whole (entry, order key and counts agree);
+    # only the data files say otherwise: its ACK record, or no PUT record at all.
+    ids, qid = _consumed_store(store_path)
+    msg_id = ids[0] if which == "consumed" else ids[-1] + 100
+    [(file_id, offset, size, _, _)] = scan_files(str(store_path)).puts[ids[0]]
+    with index_table(store_path, b"msgs") as (txn, msgs):
+        entry = keys.Live(keys.STATE_LIVE, qid, 4, file_id, offset, size, 0, 0)
+        txn.put(keys.msg_key(msg_id), keys.pack_live(entry), db=msgs)
+    with index_table(store_path, b"order") as (txn, order):
+        txn.put(keys.order_key(qid, 4, msg_id), b"", db=order)
+    with index_table(store_path, b"queues") as (txn, queues):
+        txn.put(b"q", keys.QUEUE_VALUE.pack(qid, 5), db=queues)
+
+    def one_more(account: FileAccount) -> None:
+        account.live_messages += 1
+        account.live_bytes += size
+
+    _edit_account(store_path, file_id, one_more)
+    assert _verify_trusted(store_path) == [
+        f"message {msg_id} is live in the index but acked or absent in the data files"
     ]
 
 
