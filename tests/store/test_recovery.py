@@ -959,6 +959,23 @@ def test_verify_names_a_message_live_in_the_index_but_not_in_the_data_files(
     ]
 
 
+def test_verify_leaves_to_the_scan_what_a_damaged_file_hides(store_path: Path) -> None:
+    # File 1's last record (message 2's PUT) is damaged: that message and the ACKs
+    # of file 1's messages the index does not count are not differences.
+    _two_file_store(store_path)
+    _edit_account(store_path, 1, lambda account: account.acked_in.clear())
+    path = store_path / data_file_name(1)
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    [damaged] = [f for f in scan_files(str(store_path)).files if f.damage]
+    assert damaged.file_id == 1
+    assert _verify_trusted(store_path) == [
+        # The index's own entries and counts still disagree with its account of file 2.
+        "file 2's account in the index says needed ACK marks 1 (its index entries add up to 0)"
+    ]
+
+
 # ... and against data files changed behind an open store's back.
 
 
