@@ -172,6 +172,39 @@ def test_torn_tail_is_truncated_to_the_last_good_record(
         assert store.recovery.corruptions == []
 
 
+@pytest.mark.parametrize(("keep", "words"), [(1, "1 byte"), (12, "12 bytes")])
+def test_a_torn_tail_is_logged_once_with_its_length_in_words(
+    store_path: Path, caplog: pytest.LogCaptureFixture, keep: int, words: str
+) -> None:
+    make_store(store_path)
+    [last] = sorted(store_path.glob("*.log"))
+    good = last.stat().st_size
+    with last.open("ab") as f:
+        f.write(put_record(99)[:keep])
+    with caplog.at_level("WARNING", logger="msgcask"), open_store(store_path) as store:
+        [report] = store.recovery.corruptions
+    said = (
+        f"{last}: torn or damaged tail at offset {good} (truncated record header), "
+        f"{words} truncated"
+    )
+    assert str(report) == said
+    assert [r.getMessage() for r in caplog.records] == [f"msgcask: {said}"]
+
+
+@pytest.mark.parametrize(("junk", "words"), [(1, "1 byte"), (50, "50 bytes")])
+def test_damage_at_the_end_of_an_older_file_is_reported_with_its_length_in_words(
+    store_path: Path, junk: int, words: str
+) -> None:
+    old = write_data_file(store_path, 1, [put_record(1)])
+    good = old.stat().st_size
+    with old.open("ab") as f:
+        f.write(b"\xa1" * junk)
+    write_data_file(store_path, 2, [put_record(2)])
+    with open_store(store_path) as store:
+        [report] = store.recovery.corruptions
+    assert str(report) == f"{old}: {report.reason} at offset {good}, {words} skipped"
+
+
 def test_torn_batch_at_the_tail_is_truncated_whole(store_path: Path) -> None:
     records = [put_record(1)]
     batch = [put_record(2), put_record(3)]

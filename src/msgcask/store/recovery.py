@@ -75,14 +75,13 @@ class CorruptionReport:
     action: str
 
     def __str__(self) -> str:
+        length = counted(self.length, "byte")
         if self.action == "truncated":  # most often a write a crash cut short
             return (
                 f"{self.path}: torn or damaged tail at offset {self.offset} ({self.reason}), "
-                f"{self.length} bytes truncated"
+                f"{length} truncated"
             )
-        return (
-            f"{self.path}: {self.reason} at offset {self.offset}, {self.length} bytes {self.action}"
-        )
+        return f"{self.path}: {self.reason} at offset {self.offset}, {length} {self.action}"
 
 
 @dataclass
