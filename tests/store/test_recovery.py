@@ -563,6 +563,39 @@ def test_compacted_file_unknown_to_the_index_whose_victim_is_gone_forces_a_rebui
     assert (store_path / data_file_name(9)).exists()
 
 
+def test_a_compacted_file_without_an_intact_manifest_is_reported_once_as_kept_whole(
+    store_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The index does not know the copy, and its MANIFEST is damaged: the open judges it
+    # while replaying, then again while rebuilding. It is one damaged file, said once,
+    # and all of it after the file header is kept.
+    expected = make_store(store_path)
+    path = write_data_file(
+        store_path,
+        9,
+        [codec.encode_manifest([1]), put_record(100, body=b"copied")],
+        kind=fmt.KIND_COMPACTED,
+    )
+    raw = bytearray(path.read_bytes())
+    raw[HEADER + 5] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with caplog.at_level("WARNING", logger="msgcask"), open_store(store_path) as store:
+        assert store.recovery.mode == "rebuild"
+        assert store.recovery.reason == "compacted file 9 is not in the index"
+        kept = [c for c in store.recovery.corruptions if c.action == "kept"]
+        assert browse(store) == sorted({**expected, 100: b"copied"}.items())
+        assert [c for c in store.stats().corruptions if c.action == "kept"] == kept
+    said = (
+        f"{path}: compacted file without an intact MANIFEST (kept; its victims are kept too) "
+        f"at offset {HEADER}, {len(raw) - HEADER} bytes kept"
+    )
+    assert [str(c) for c in kept] == [said]
+    assert [r.getMessage() for r in caplog.records if "MANIFEST" in r.getMessage()] == [
+        f"msgcask: {said}"
+    ]
+    assert path.read_bytes() == bytes(raw)
+
+
 def test_torn_tail_of_the_journal_head_below_a_newer_compacted_file_is_truncated(
     store_path: Path,
 ) -> None:

@@ -214,6 +214,9 @@ class Recovery:
         self.report = RecoveryReport()
         self.report.corruptions += files.torn
         self.max_msg_id = 0
+        # Each compacted file's MANIFEST, once read: an open that gives up replaying
+        # reads them again to rebuild, and a damaged one is reported once.
+        self._manifests: dict[int, list[int] | None] = {}
 
     # -- entry point ---------------------------------------------------------------
 
@@ -332,17 +335,20 @@ class Recovery:
         return victims is not None and all(v in self.files.handles for v in victims)
 
     def _manifest(self, file_id: int) -> list[int] | None:
-        """The victims named by a compacted file's MANIFEST, or None (reported)
-        if that record is damaged."""
+        """The victims named by a compacted file's MANIFEST, or None (reported
+        once) if that record is damaged."""
+        if file_id in self._manifests:
+            return self._manifests[file_id]
         handle = self.files.handles[file_id]
         victims = parse_manifest(handle.read(fmt.FILE_HEADER_SIZE, MAX_MANIFEST_BYTES))
+        self._manifests[file_id] = victims
         if victims is not None:
             return victims
         report = CorruptionReport(
             file_id,
             handle.path,
             fmt.FILE_HEADER_SIZE,
-            0,
+            handle.size - fmt.FILE_HEADER_SIZE,  # every record in it is kept
             "compacted file without an intact MANIFEST (kept; its victims are kept too)",
             "kept",
         )
