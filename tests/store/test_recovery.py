@@ -440,6 +440,44 @@ def test_missing_data_file_forces_a_rebuild(store_path: Path) -> None:
     assert f"the index counted {30 - left} live messages" in store.recovery.reason
 
 
+def test_every_missing_data_file_is_named_and_counted(store_path: Path) -> None:
+    # Two files removed by hand: the reason names both and counts what both held.
+    with open_store(store_path, max_file_size=64 * 1024) as store:
+        q = store.queue("q")
+        for i in range(30):
+            q.put(bytes([i]) * 5000)
+        held = {f.file_id: (f.live_messages, f.live_bytes) for f in store.stats().files}
+    files = sorted(store_path.glob("*.log"))
+    assert len(files) >= 3
+    files[0].unlink()
+    files[1].unlink()
+    messages, size = (held[1][0] + held[2][0], held[1][1] + held[2][1])
+    with open_store(store_path, max_file_size=64 * 1024) as store:
+        assert len(store.queue("q")) == 30 - messages
+        assert store.recovery.reason == (
+            f"data files {files[0].name} and {files[1].name} are missing; the index counted "
+            f"{messages} live messages ({size} bytes) in them, and those no other data file "
+            "holds are lost"
+        )
+
+
+def test_missing_data_files_past_the_third_are_counted(store_path: Path) -> None:
+    with open_store(store_path, max_file_size=64 * 1024) as store:
+        q = store.queue("q")
+        for i in range(90):
+            q.put(bytes([i]) * 5000)
+    files = sorted(store_path.glob("*.log"))
+    assert len(files) >= 6
+    for f in files[:5]:
+        f.unlink()
+    with open_store(store_path, max_file_size=64 * 1024) as store:
+        lost = 90 - len(store.queue("q"))
+        shown = ", ".join(f.name for f in files[:3])
+        assert store.recovery.reason.startswith(
+            f"data files {shown} and 2 more are missing; the index counted {lost} live messages ("
+        )
+
+
 def test_a_missing_file_that_held_nothing_live_is_reported_without_a_count(
     store_path: Path,
 ) -> None:

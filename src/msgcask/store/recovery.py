@@ -185,15 +185,25 @@ def _torn_creation(handle: DataFile, raw: bytes, file_id: int, names: list[str])
     return not any(handle.read_all()) if raw else True
 
 
-def _held_live(account: FileAccount) -> str:
-    """What the index says a missing file held, for the rebuild's reason: the
-    rebuild reads only the files on disk, so a user who removed or restored files
-    by hand learns what that cost."""
-    if not account.live_messages:
-        return ""
+def _missing(accounts: list[FileAccount]) -> str:
+    """The rebuild's reason when data files the index accounts for are missing:
+    which ones, and what the index says they held. The rebuild reads only the
+    files on disk, so a user who removed or restored files by hand learns what
+    that cost."""
+    names = [data_file_name(a.file_id) for a in accounts]
+    if len(names) == 1:
+        said = f"data file {names[0]} is missing"
+    else:
+        shown = names[:3] if len(names) > 3 else names[:-1]
+        rest = f"{len(names) - 3} more" if len(names) > 3 else names[-1]
+        said = f"data files {', '.join(shown)} and {rest} are missing"
+    live = sum(a.live_messages for a in accounts)
+    if not live:
+        return said
+    live_bytes = sum(a.live_bytes for a in accounts)
     return (
-        f"; the index counted {counted(account.live_messages, 'live message')} "
-        f"({account.live_bytes} bytes) in it, and those no other data file holds are lost"
+        f"{said}; the index counted {counted(live, 'live message')} ({live_bytes} bytes) "
+        f"in {'it' if len(names) == 1 else 'them'}, and those no other data file holds are lost"
     )
 
 
@@ -286,11 +296,10 @@ class Recovery:
         for file_id in [f for f, s in acct.files.items() if s.retired]:
             self._remove(file_id)
             acct.forget(file_id)
+        missing = [a for f, a in sorted(acct.files.items()) if f not in on_disk]
+        if missing:
+            raise NeedsRebuild(_missing(missing))
         for file_id, account in acct.files.items():
-            if file_id not in on_disk:
-                raise NeedsRebuild(
-                    f"data file {data_file_name(file_id)} is missing{_held_live(account)}"
-                )
             if on_disk[file_id].size < account.size:
                 raise NeedsRebuild(f"data file {data_file_name(file_id)} is shorter than indexed")
         if cp_file not in on_disk or on_disk[cp_file].size < cp_offset:
