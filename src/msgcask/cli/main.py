@@ -253,7 +253,7 @@ def compact(path: str, threshold: float | None, max_file_size: int | None) -> No
         report = store.compact(threshold=threshold)
         after = store.stats().data_bytes
     click.echo(
-        f"deleted {report.files_deleted} files, rewrote {report.files_rewritten}, "
+        f"deleted {counted(report.files_deleted, 'file')}, rewrote {report.files_rewritten}, "
         f"copied {report.bytes_copied} bytes in {report.seconds:.3f} s; "
         f"data {before} -> {after} bytes"
     )
