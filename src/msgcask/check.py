@@ -98,7 +98,7 @@ class ScanReport:
 
 def _describe(d: codec.Damage) -> str:
     where = "torn tail" if d.at_tail else "damage"
-    text = f"{where} at offset {d.offset}, {d.length} bytes: {d.reason}"
+    text = f"{where} at offset {d.offset}, {counted(d.length, 'byte')}: {d.reason}"
     if d.zeros > 16:  # the write head's space allocated ahead of writes, not written data
         text += f" (the last {d.zeros} of them zero bytes: space allocated ahead of writes)"
     return text

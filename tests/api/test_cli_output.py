@@ -81,3 +81,21 @@ def test_why_kept_names_the_write_head_and_a_delivery_count(store_path: Path) ->
         *(f"live message {m} in queue 'q'" for m in head),
         f"delivery count of live message {first}",
     ]
+
+
+@pytest.mark.parametrize(("torn", "words"), [(1, "1 byte"), (12, "12 bytes")])
+def test_check_gives_the_length_of_a_torn_tail_in_words(
+    store_path: Path, torn: int, words: str
+) -> None:
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        store.queue("q").put(b"kept")
+    [head] = sorted(store_path.glob("*.log"))
+    good = head.stat().st_size
+    with head.open("ab") as f:
+        f.write(b"torn record!"[:torn])
+    result = CliRunner().invoke(main, ["check", str(store_path)])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == (
+        f"PROBLEM: {head}: torn tail at offset {good}, {words}: truncated record header\n"
+    )
+    assert head.stat().st_size == good + torn  # check only reads
