@@ -118,7 +118,7 @@ def test_a_max_file_size_out_of_bounds_says_the_bounds(store_dir: Path) -> None:
         (
             demo,
             ["--max-file-size", "1"],
-            "Invalid value for '--max-file-size': 1 bytes is too small; msgcask takes data "
+            "Invalid value for '--max-file-size': 1 byte is too small; msgcask takes data "
             "files of 64 KiB (65536 bytes)",
         ),
         (demo, ["--size", "70000", "--max-file-size", "64KiB"], "bodies of 70000 bytes do not fit"),

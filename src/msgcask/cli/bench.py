@@ -22,6 +22,7 @@ from msgcask.options import (
     MIN_FILE_SIZE,
     MIN_STORE_FILES,
 )
+from msgcask.plural import counted
 from msgcask.workloads.config import (
     MAX_CRASH_MESSAGES,
     MAX_INTERVAL,
@@ -97,7 +98,7 @@ class SizeType(click.ParamType):
         if self.bounds is not None and not self.bounds[0] <= size <= self.bounds[1]:
             low, high = self.bounds
             self.fail(
-                f"{size} bytes is too {'small' if size < low else 'large'}; {self.what} "
+                f"{counted(size, 'byte')} is too {'small' if size < low else 'large'}; {self.what} "
                 f"{_human(low)} ({low} bytes) to {_human(high)}",
                 param,
                 ctx,
@@ -172,7 +173,7 @@ def _check_store_size(ctx: click.Context, max_store_size: int | None, max_file_s
     least = MIN_STORE_FILES * max_file_size
     if max_store_size is not None and max_store_size < least:
         raise click.BadParameter(
-            f"{max_store_size} bytes is too small; msgcask needs room for at least "
+            f"{counted(max_store_size, 'byte')} is too small; msgcask needs room for at least "
             f"{MIN_STORE_FILES} data files of --max-file-size: {_human(least)} ({least} bytes)",
             ctx,
             _param(ctx, "max_store_size"),
