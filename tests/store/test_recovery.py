@@ -765,6 +765,34 @@ def test_data_file_copied_under_another_name_refuses_to_open(store_path: Path) -
     assert err.value.offset == 12  # the file id field of the header
 
 
+def test_a_damaged_header_refuses_the_open_saying_what_to_do_and_changes_nothing(
+    store_path: Path,
+) -> None:
+    with open_store(store_path, max_file_size=64 * 1024) as store:
+        q = store.queue("q")
+        for i in range(20):
+            q.put(bytes([i]) * 5000)
+    first = store_path / data_file_name(1)
+    raw = bytearray(first.read_bytes())
+    raw[0] ^= 0x01  # the magic
+    first.write_bytes(bytes(raw))
+    before = {
+        p.relative_to(store_path): p.read_bytes() for p in store_path.rglob("*") if p.is_file()
+    }
+    with pytest.raises(msgcask.CorruptionError) as err:
+        open_store(store_path, max_file_size=64 * 1024)
+    assert str(err.value) == (
+        f"{first}: not a msgcask data file (bad magic). Run `msgcask check {store_path}` to "
+        "list every problem; then restore the store from a backup, or move the file out and "
+        "reopen (see CorruptionError in docs/operations.md for what that loses)"
+    )
+    assert (err.value.path, err.value.offset) == (str(first), 0)
+    after = {
+        p.relative_to(store_path): p.read_bytes() for p in store_path.rglob("*") if p.is_file()
+    }
+    assert after == before
+
+
 # -- rebuild is order-independent ---------------------------------------------------------
 
 
