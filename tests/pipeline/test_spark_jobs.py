@@ -871,3 +871,39 @@ def test_a_store_named_by_a_file_uri_is_read_and_another_file_systems_is_refused
     assert not (store / "dead").exists()
     with pytest.raises(msgcask.Error, match=r"read from a local path .* not another file system"):
         dead_letters(spark, "hdfs://namenode/store")
+
+
+def test_a_conf_the_running_session_cannot_take_is_refused_and_runtime_ones_applied(
+    spark: Any,
+) -> None:
+    # Spark's builder would hand back the running session with a warning in its
+    # log, without the settings it can only take when it starts.
+    from msgcask.pipeline.session import QUIET_CONF, spark_session
+
+    asked = {
+        "spark.driver.memory": "3g",  # not set in the running session
+        "spark.ui.enabled": True,  # set there, to "false"
+        "spark.sql.shuffle.partitions": "5",  # can change at runtime
+    }
+    with pytest.raises(msgcask.Error) as refused:
+        spark_session(conf=asked)
+    said = str(refused.value)
+    assert "a Spark session is running in this process" in said
+    assert "spark.driver.memory='3g' (it runs with none)" in said
+    assert "spark.ui.enabled='true' (it runs with 'false')" in said
+    assert "shuffle" not in said  # the runtime setting is not the problem
+    assert (
+        "stop it (spark.stop())" in said
+        and "or leave them out of conf to use the running session" in said
+    )
+    # Nothing was applied: not the static settings, not the runtime one.
+    assert spark.conf.get("spark.driver.memory", None) is None
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    # Static settings the running session has, with its values, are that session.
+    assert spark_session(conf=QUIET_CONF) is spark
+    # Runtime settings are applied to the running session, as Spark's builder does.
+    try:
+        assert spark_session(conf={"spark.sql.shuffle.partitions": 3}) is spark
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", QUIET_CONF["spark.sql.shuffle.partitions"])

@@ -156,7 +156,9 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
     this interpreter (so they import this msgcask), and a local session binds
     to the loopback interface only. A ``master`` Spark would refuse is a
     ValueError, and a ``spark://`` master that does not answer a msgcask.Error,
-    before the JVM starts."""
+    before the JVM starts. A ``conf`` setting the running session lacks and
+    Spark cannot change at runtime is a msgcask.Error (``check_static_conf``);
+    those it can change are applied to the running session."""
     if master is not None:
         check_master(master)
     check_conf(conf)
@@ -168,6 +170,8 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
             f"Spark runs one per process: stop it (spark.stop()) to start one on "
             f"{master!r}, or pass master={running!r} (or no master) to use it"
         )
+    if running is not None and conf:
+        check_static_conf(conf)
     if master is None:
         master = running or DEFAULT_MASTER
     if running is None:
@@ -182,6 +186,35 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     return with_source(builder.getOrCreate())
+
+
+def check_static_conf(conf: Mapping[str, object]) -> None:
+    """``msgcask.Error`` if the session running in this process lacks a setting of
+    ``conf`` that Spark cannot change while it runs (``spark.conf.isModifiable``
+    says no: ``spark.driver.memory``, ``spark.serializer``, ``spark.sql.extensions``):
+    Spark's builder would hand back the running session without it, saying so
+    only in its log. Settings it already has with the same value, and those
+    Spark can change at runtime, pass (the builder applies the latter)."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql.utils import to_str
+
+    session = SparkSession._instantiatedSession
+    if session is None or session._sc._jsc is None:
+        return  # no session yet: the builder starts one with the settings
+    lacking = []
+    for key, value in conf.items():
+        wanted, has = to_str(value), session.conf.get(key, None)
+        if wanted != has and not session.conf.isModifiable(key):
+            lacking.append(
+                f"{key}={wanted!r} (it runs with {'none' if has is None else repr(has)})"
+            )
+    if lacking:
+        them = "them" if len(lacking) > 1 else "it"
+        raise Error(
+            f"a Spark session is running in this process, and Spark cannot change "
+            f"{', '.join(lacking)} while it runs: stop it (spark.stop()) to start one "
+            f"with {them}, or leave {them} out of conf to use the running session"
+        )
 
 
 def check_session(spark: object) -> SparkSession:
