@@ -117,6 +117,9 @@ def test_a_report_is_tried_before_the_job_and_nothing_is_left(tmp_path: Path) ->
         (["sweep", "{store}", "--json", ""], "the report's path is empty: give a file's path"),
         (["audit", "{store}", "--json", "{file}/a.json"], "is not a directory: give a path in"),
         (["dead-letters", "{store}", ""], "the output's path is empty: give the directory"),
+        # Spark would fail every task making it, each with a Java stack in the log.
+        (["dead-letters", "{store}", "/proc/dead"], "/proc/dead cannot be written: No such file"),
+        (["dead-letters", "{store}", "/proc/new/dead"], "/proc/new/dead cannot be written"),
     ],
 )
 def test_an_empty_or_impossible_output_path_is_refused_before_spark(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import tempfile
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
@@ -44,9 +45,9 @@ def _refuse_overlap(store: str, path: str, out: str) -> None:
 
 def check_spark_output(store: str, out: str, overwrite: bool) -> None:
     """A directory Spark will write: refused (ValueError) if it is the store at
-    ``store``, is inside it or holds it, is under a file, or, unless
-    ``overwrite``, if it exists (checked here for a local path; Spark refuses an
-    existing one elsewhere)."""
+    ``store``, is inside it or holds it, is under a file, cannot be made where
+    it would be (a read-only directory), or, unless ``overwrite``, if it exists
+    (checked here for a local path; Spark refuses an existing one elsewhere)."""
     if not out:  # realpath would take it for the current directory
         raise ValueError("the output's path is empty: give the directory to write")
     path = local_path(out)
@@ -62,6 +63,12 @@ def check_spark_output(store: str, out: str, overwrite: bool) -> None:
         on_the_way = os.path.dirname(on_the_way)
     if not os.path.isdir(on_the_way):
         raise ValueError(f"{out}: {on_the_way} is not a directory: give a path in a directory")
+    # Where Spark cannot make a directory (a read-only one, /proc), every task
+    # fails with a Java stack in the log: tried, as the report is, and taken away.
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".msgcask-", dir=on_the_way))
+    except OSError as e:
+        raise ValueError(f"{out} cannot be written: {e.strerror or e}") from None
 
 
 def check_report(store: str, out: str) -> None:
