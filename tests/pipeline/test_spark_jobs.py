@@ -26,6 +26,7 @@ from msgcask.cli.main import main
 from msgcask.pipeline.audit import audit
 from msgcask.pipeline.dead_letters import dead_letters, export_dead_letters
 from msgcask.pipeline.live import read_rows
+from msgcask.plural import counted
 from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.filenames import data_file_name
@@ -219,7 +220,9 @@ def test_the_audit_of_a_store_deleting_files_meanwhile_completes_and_says_so(
         assert totals["data_files"] == len(files) - len(deleted), totals
         kept_by = {e["queue"]: e["messages"] for e in files[int(kept_file.stem)]["live_by_queue"]}
         assert kept_by["kept"] == len(kept), files[int(kept_file.stem)]
-        assert f"note: the store deleted {len(deleted)} data files after they were" in result.output
+        deleted_files = counted(len(deleted), "data file")
+        they = "it was" if len(deleted) == 1 else "they were"
+        assert f"note: the store deleted {deleted_files} after {they}" in result.output
         assert (len(kept), len(q)) == (50, 600)
         verify(store)
 
@@ -907,3 +910,24 @@ def test_a_conf_the_running_session_cannot_take_is_refused_and_runtime_ones_appl
         assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", QUIET_CONF["spark.sql.shuffle.partitions"])
+
+
+def test_the_commands_say_one_of_a_thing_in_the_singular(spark: Any, tmp_path: Path) -> None:
+    store, recording = tmp_path / "store", tmp_path / "recording"
+    with msgcask.open(store, compaction_interval=None) as s:
+        q = s.queue("orders", max_deliveries=1)
+        q.put(b"x" * 100)
+        q.nack(q.get(timeout=1))  # the one live message: a dead letter
+    with msgcask.open(recording, compaction_interval=None, keep_data_files=True) as s:
+        s.queue("orders").put(b"x" * 100)
+    runner = CliRunner()
+    said = runner.invoke(main, ["pipeline", "audit", str(store), "--rows", "0"])
+    assert said.exit_code == 0, said.output
+    assert said.output.startswith("1 data file, "), said.output
+    assert "; 1 live message, " in said.output and "\n... and 1 more file (--rows" in said.output
+    out = tmp_path / "dead"
+    said = runner.invoke(main, ["pipeline", "dead-letters", str(store), str(out)])
+    assert said.exit_code == 0 and f"1 dead letter written to {out}" in said.output, said.output
+    args = ["--thresholds", "0.5", "--file-sizes", "64KiB"]
+    said = runner.invoke(main, ["pipeline", "sweep", str(recording), *args])
+    assert said.exit_code == 0 and "\n1 record replayed per setting" in said.output, said.output

@@ -23,6 +23,7 @@ from msgcask.pipeline.files import list_data_files
 from msgcask.pipeline.outputs import check_report, check_spark_output
 from msgcask.pipeline.replay import DEFAULT_PASS_EVERY
 from msgcask.pipeline.session import DEFAULT_MASTER, QUIET_CONF, TERMINAL_CONF, spark_session
+from msgcask.plural import counted
 
 MASTER = click.option(
     "--master",
@@ -104,16 +105,19 @@ def audit(path: str, master: str, json_out: str | None, rows: int) -> None:
     t = result.totals
     ratio = f"{t['disk_bytes'] / t['live_bytes']:.1f}" if t["live_bytes"] else "-"
     click.echo(
-        f"{t['data_files']} data files, {t['disk_bytes']} bytes on disk; "
-        f"{t['live_messages']} live messages, {t['live_bytes']} live bytes "
-        f"(disk/live {ratio}); {t['needed_acks']} needed acks; "
+        f"{counted(t['data_files'], 'data file')}, {t['disk_bytes']} bytes on disk; "
+        f"{counted(t['live_messages'], 'live message')}, {t['live_bytes']} live bytes "
+        f"(disk/live {ratio}); {counted(t['needed_acks'], 'needed ack')}; "
         f"{t['damaged_bytes']} damaged bytes"
     )
     if t["deleted_files"]:
+        one = t["deleted_files"] == 1
+        they, their = ("it was", "its") if one else ("they were", "their")
         click.echo(
-            f"note: the store deleted {t['deleted_files']} data files after they were listed "
-            "and before they were read (compacted, or emptied by acks): their records are "
-            "not counted, and the figures are of a store that changed while it was read"
+            f"note: the store deleted {counted(t['deleted_files'], 'data file')} after "
+            f"{they} listed and before {they} read (compacted, or emptied by acks): {their} "
+            "records are not counted, and the figures are of a store that changed while it "
+            "was read"
         )
     click.echo(
         f"{'file':>10} {'kind':>10} {'size':>10} {'live':>10} {'ratio':>6} {'acks':>6}  kept by"
@@ -134,7 +138,8 @@ def audit(path: str, master: str, json_out: str | None, rows: int) -> None:
             f"{f['live_ratio']:>6.2f} {f['needed_acks']:>6}  {kept or 'nothing'}"
         )
     if len(files) > rows:
-        click.echo(f"... and {len(files) - rows} more files (--rows, or --json for all)")
+        more = counted(len(files) - rows, "more file")
+        click.echo(f"... and {more} (--rows, or --json for all)")
     if json_out:
         for f in files:
             f["live_by_queue"] = by_queue.get(f["file_id"], [])
@@ -175,8 +180,9 @@ def dead_letters(
         raise click.ClickException(str(e).replace("overwrite it", "pass --overwrite")) from e
     count = export_dead_letters(_spark(master), path, out, fmt, names, overwrite)
     # --queue exports every live message of those queues, dead letter or not.
-    what = "dead letters" if names is None else f"live messages of {_queues(names)}"
-    click.echo(f"{count} {what} written to {out} ({fmt})")
+    what = "dead letter" if names is None else "live message"
+    of = "" if names is None else f" of {_queues(names)}"
+    click.echo(f"{counted(count, what)}{of} written to {out} ({fmt})")
 
 
 def _queues(names: list[str]) -> str:
@@ -299,7 +305,7 @@ def sweep(
         )
     counts = sorted({r["records"] for r in rows})
     if len(counts) == 1:
-        click.echo(f"{counts[0]} records replayed per setting")
+        click.echo(f"{counted(counts[0], 'record')} replayed per setting")
     else:
         click.echo(
             f"note: the settings replayed {counts[0]} to {counts[-1]} records: the recording "
