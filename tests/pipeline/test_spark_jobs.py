@@ -931,3 +931,22 @@ def test_the_commands_say_one_of_a_thing_in_the_singular(spark: Any, tmp_path: P
     args = ["--thresholds", "0.5", "--file-sizes", "64KiB"]
     said = runner.invoke(main, ["pipeline", "sweep", str(recording), *args])
     assert said.exit_code == 0 and "\n1 record replayed per setting" in said.output, said.output
+
+
+def test_the_audit_and_export_raise_the_msgcask_error_that_stopped_their_job(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Their job runs before they return: a msgcask error a task raised is
+    raised as that, not as Spark's exception holding a worker's traceback."""
+    store, out = tmp_path / "store", tmp_path / "dead"
+    store.mkdir()
+    headers = codec.encode_headers({"x-dead-letter-from": "orders"})
+    put = codec.encode_put(2**63, b"DLQ.orders", 0, 1, headers, b"body")
+    (store / data_file_name(1)).write_bytes(codec.encode_file_header(fmt.KIND_JOURNAL, 1, 1) + put)
+    says = f"{store / data_file_name(1)}: the PUT record at offset 32 holds message id {2**63}"
+    for job in (lambda: audit(spark, store), lambda: export_dead_letters(spark, store, out)):
+        with pytest.raises(msgcask.Error) as failed:
+            job()
+        assert str(failed.value).startswith(says), failed.value
+        assert "Traceback" not in str(failed.value)
+    assert not out.exists()

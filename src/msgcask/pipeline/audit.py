@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from msgcask.pipeline.failures import task_errors
 from msgcask.pipeline.live import counted, live_puts, read_rows
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def audit(
         .agg(F.count("*").alias("messages"), F.sum("put_size").alias("bytes"))
         .orderBy("file_id", "queue")
     )
-    summed = files.agg(
+    aggregated = files.agg(
         F.count(F.when(~F.col("deleted"), 1)).alias("data_files"),
         F.count(F.when(F.col("deleted"), 1)).alias("deleted_files"),
         F.sum("size").alias("disk_bytes"),
@@ -137,7 +138,13 @@ def audit(
         F.sum("live_messages").alias("live_messages"),
         F.sum("needed_acks").alias("needed_acks"),
         F.sum("damaged_bytes").alias("damaged_bytes"),
-    ).first()
+    )
+    try:
+        with task_errors():
+            summed = aggregated.first()
+    except BaseException:
+        rows.unpersist()
+        raise
     assert summed is not None
     totals = {k: int(v or 0) for k, v in summed.asDict().items()}
     return Audit(files, live_by_queue, totals, rows)

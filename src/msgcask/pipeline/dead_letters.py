@@ -13,6 +13,7 @@ import os
 from typing import TYPE_CHECKING
 
 from msgcask import validate
+from msgcask.pipeline.failures import task_errors
 from msgcask.pipeline.files import local_directory, path_text
 from msgcask.pipeline.live import counted, read_rows
 from msgcask.pipeline.outputs import check_spark_output
@@ -131,7 +132,8 @@ def export_dead_letters(
             # dead_letter_from of a message a --queue export takes), and a reader
             # that infers the schema from the lines would then not have the column.
             writer = writer.option("ignoreNullFields", "false")
-        getattr(writer, fmt)(out)
-        return frame.count()
+        with task_errors():
+            getattr(writer, fmt)(out)
+            return frame.count()
     finally:
         frame.unpersist()

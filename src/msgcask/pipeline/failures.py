@@ -10,6 +10,8 @@ says what to do, is one.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from msgcask.errors import Error
 
@@ -19,16 +21,39 @@ _JAVA_EXCEPTION = re.compile(r"^[\w.$]+(?:Exception|Error)(?:: .*)?$")
 
 def job_failure(e: BaseException) -> Error | None:
     """The msgcask ``Error`` to report for ``e``, or None if ``e`` is not Spark's."""
-    if not type(e).__module__.startswith(("pyspark", "py4j")):
+    if not _spark_failure(e):
         return None
-    lines = [line for line in str(e).splitlines() if line.strip()]
-    raised = _python_exception(lines)
+    raised = _python_exception([line for line in str(e).splitlines() if line.strip()])
     if raised is not None:
-        name, _, message = raised.partition(": ")
-        if name.startswith("msgcask.errors."):
-            return Error(message or name.rsplit(".", 1)[-1])
-        return Error(f"the Spark job failed in a worker: {raised}")
+        return _msgcask_error(raised) or Error(f"the Spark job failed in a worker: {raised}")
     return Error(f"the Spark job failed: {spark_cause(e)}")
+
+
+@contextmanager
+def task_errors() -> Iterator[None]:
+    """A Spark job run in the block that a msgcask error in a task stopped raises
+    that error (as ``msgcask.Error``, with its message), not Spark's exception
+    quoting the worker's traceback. Spark's other failures pass unchanged."""
+    try:
+        yield
+    except Exception as e:
+        raised = _python_exception([line for line in str(e).splitlines() if line.strip()])
+        failure = _msgcask_error(raised) if _spark_failure(e) and raised else None
+        if failure is None:
+            raise
+        raise failure from e
+
+
+def _spark_failure(e: BaseException) -> bool:
+    return type(e).__module__.startswith(("pyspark", "py4j"))
+
+
+def _msgcask_error(raised: str) -> Error | None:
+    """``raised``, a worker's exception line, as an ``Error`` if it is msgcask's."""
+    name, _, message = raised.partition(": ")
+    if name.startswith("msgcask.errors."):
+        return Error(message or name.rsplit(".", 1)[-1])
+    return None
 
 
 def spark_cause(e: BaseException) -> str:
