@@ -950,3 +950,18 @@ def test_the_audit_and_export_raise_the_msgcask_error_that_stopped_their_job(
         assert str(failed.value).startswith(says), failed.value
         assert "Traceback" not in str(failed.value)
     assert not out.exists()
+
+
+def test_a_recording_named_by_a_file_uri_is_swept(spark: Any, tmp_path: Path) -> None:
+    # The driver read the URI as a store's path, and every task as a relative one.
+    from test_replay import record
+
+    from msgcask.pipeline.replay import replay
+    from msgcask.pipeline.sweep import settings, sweep
+
+    rec = tmp_path / "rec"
+    live = record(rec, 300)
+    grid = settings([0.5], [SMALL])
+    (row,) = sweep(spark, rec.as_uri(), grid, pass_every=200).collect()
+    assert row["final_live_bytes"] == live
+    assert row["records"] == replay(rec, grid[0], pass_every=200).records

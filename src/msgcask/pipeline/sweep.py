@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgcask import validate
 from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE, check_threshold
+from msgcask.pipeline.files import local_directory, path_text
 from msgcask.pipeline.replay import (
     DEFAULT_PASS_EVERY,
     ReplayResult,
@@ -119,8 +120,9 @@ def replays(spark: SparkSession, recording: str, grid: list[Setting], pass_every
     check_grid(grid)
     whole_journal(recording)
     # Each task opens the recording itself, in its executor's working directory
-    # (on a cluster, not the command's): a relative path is resolved here.
-    recording = os.path.abspath(recording)
+    # (on a cluster, not the command's): a relative path is resolved here, and
+    # a file: URI made the path it names.
+    recording = os.path.abspath(local_directory(path_text(recording, "the recording")))
     frame = spark.createDataFrame(
         [(float(s.compaction_threshold), s.max_file_size) for s in grid],
         "compaction_threshold DOUBLE, max_file_size BIGINT",
