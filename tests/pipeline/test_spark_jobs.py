@@ -827,6 +827,12 @@ def test_a_conf_that_is_no_dict_of_settings_is_refused_before_spark_starts() -> 
     for conf in ([("spark.ui.enabled", "false")], "spark.ui.enabled=false", {1: "x"}):
         with pytest.raises(TypeError, match=r"conf is a dict of Spark settings \({'spark"):
             spark_session(conf=conf)  # type: ignore[arg-type]
+    # A None value ended in the JVM: "must not be null", with a Java stack.
+    for value in (None, ["2"]):
+        with pytest.raises(
+            TypeError, match=r"the value of 'spark.ui.enabled' is .*, not a str or number"
+        ):
+            spark_session(conf={"spark.ui.enabled": value})  # type: ignore[dict-item]
 
 
 def test_a_session_on_another_master_than_the_running_ones_is_refused(spark: Any) -> None:

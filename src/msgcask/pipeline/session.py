@@ -92,14 +92,17 @@ def check_master(master: object) -> None:
 
 def check_conf(conf: object) -> None:
     """A TypeError unless ``conf`` is None or a dict of Spark setting names (str)
-    to values: a list of pairs, say, would fail inside the session's builder."""
+    to values (str, or a number or bool, which the builder writes as one): a list
+    of pairs, say, would fail inside the session's builder, and a None value in
+    the JVM."""
     if conf is None:
         return
+    example = "conf is a dict of Spark settings ({'spark.sql.shuffle.partitions': '4'})"
     if not isinstance(conf, Mapping) or not all(isinstance(k, str) for k in conf):
-        raise TypeError(
-            "conf is a dict of Spark settings ({'spark.sql.shuffle.partitions': '4'}), "
-            f"not {conf!r}"
-        )
+        raise TypeError(f"{example}, not {conf!r}")
+    for key, value in conf.items():
+        if not isinstance(value, (str, int, float)):  # bool is an int
+            raise TypeError(f"{example}: the value of {key!r} is {value!r}, not a str or number")
 
 
 def standalone_masters(master: str) -> list[tuple[str, int]]:
