@@ -911,11 +911,18 @@ def test_a_conf_the_running_session_cannot_take_is_refused_and_runtime_ones_appl
     # Static settings the running session has, with its values, are that session.
     assert spark_session(conf=QUIET_CONF) is spark
     # Runtime settings are applied to the running session, as Spark's builder does.
+    # So are keys Spark does not define (Hadoop's, an application's own): the
+    # builder sets them in the running session's conf too.
+    own = {"spark.hadoop.msgcask.test": "a", "spark.msgcask.test.own": "b"}
     try:
         assert spark_session(conf={"spark.sql.shuffle.partitions": 3}) is spark
         assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+        assert spark_session(conf=own) is spark
+        assert [spark.conf.get(k, None) for k in own] == ["a", "b"]
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", QUIET_CONF["spark.sql.shuffle.partitions"])
+        for key in own:
+            spark.conf.unset(key)
 
 
 def test_the_commands_say_one_of_a_thing_in_the_singular(spark: Any, tmp_path: Path) -> None:

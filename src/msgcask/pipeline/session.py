@@ -193,21 +193,26 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
 
 def check_static_conf(conf: Mapping[str, object]) -> None:
     """``msgcask.Error`` if the session running in this process lacks a setting of
-    ``conf`` that Spark cannot change while it runs (``spark.conf.isModifiable``
-    says no: ``spark.driver.memory``, ``spark.serializer``, ``spark.sql.extensions``):
-    Spark's builder would hand back the running session without it, saying so
-    only in its log. Settings it already has with the same value, and those
-    Spark can change at runtime, pass (the builder applies the latter)."""
+    ``conf`` that is one of Spark's own settings and cannot change while it runs
+    (``spark.conf.isModifiable`` says no: ``spark.driver.memory``,
+    ``spark.serializer``, ``spark.sql.extensions``): Spark's builder would hand
+    back the running session without it, saying so only in its log. Settings
+    it already has with the same value, those Spark can change at runtime, and
+    keys Spark does not define (``spark.hadoop.*``, an application's own), pass:
+    the builder sets the latter two in the running session's conf."""
     from pyspark.sql import SparkSession
     from pyspark.sql.utils import to_str
 
     session = SparkSession._instantiatedSession
     if session is None or session._sc._jsc is None:
         return  # no session yet: the builder starts one with the settings
+    jvm = session._sc._jvm  # set while the context runs (checked above)
+    assert jvm is not None
+    defined = jvm.org.apache.spark.internal.config.ConfigEntry.findEntry
     lacking = []
     for key, value in conf.items():
         wanted, has = to_str(value), session.conf.get(key, None)
-        if wanted != has and not session.conf.isModifiable(key):
+        if wanted != has and not session.conf.isModifiable(key) and defined(key) is not None:
             lacking.append(
                 f"{key}={wanted!r} (it runs with {'none' if has is None else repr(has)})"
             )
