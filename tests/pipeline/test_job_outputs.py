@@ -162,6 +162,69 @@ def test_an_export_refuses_an_overwrite_that_is_no_bool(tmp_path: Path) -> None:
     assert (out / "kept").read_text() == "kept"
 
 
+SPARK_EXPORT = [
+    "part-00000-4c1e-c000.json",
+    ".part-00000-4c1e-c000.json.crc",
+    "_SUCCESS",
+    "._SUCCESS.crc",
+    "_temporary",
+]
+
+
+def test_an_overwrite_is_refused_where_it_would_delete_more_than_an_export(
+    tmp_path: Path,
+) -> None:
+    """--overwrite replaces the whole directory: a mistyped OUT (".", a home
+    directory) must keep its files."""
+    store = tmp_path / "store"
+    store.mkdir()
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    for name in SPARK_EXPORT:
+        (earlier / name).write_text("")
+    check_spark_output(str(store), str(earlier), overwrite=True)
+    (tmp_path / "empty").mkdir()
+    check_spark_output(str(store), str(tmp_path / "empty"), overwrite=True)
+
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for name in [*SPARK_EXPORT, "notes.txt", "thesis.tex", "a", "b"]:
+        (mixed / name).write_text("")
+    with pytest.raises(ValueError) as refused:
+        check_spark_output(str(store), f"file://{mixed}", overwrite=True)
+    assert str(refused.value) == (
+        f"file://{mixed} holds files no export writes ('a', 'b', 'notes.txt', ...), and "
+        "overwriting replaces the whole directory: choose another path, or empty it first"
+    )
+    (tmp_path / "afile").write_text("kept")
+    with pytest.raises(ValueError, match="afile is not a directory an export wrote"):
+        check_spark_output(str(store), str(tmp_path / "afile"), overwrite=True)
+
+
+def test_the_dead_letters_command_keeps_a_directory_it_did_not_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import msgcask.cli.pipeline as cli_pipeline
+    from msgcask.cli.main import main
+
+    def no_spark(master: str) -> None:
+        raise AssertionError("Spark started: OUT should have been refused first")
+
+    monkeypatch.setattr(cli_pipeline, "_spark", no_spark)
+    store = tmp_path / "store"
+    with msgcask.open(store, compaction_interval=None) as s:
+        s.queue("q").put(b"x")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("kept")
+    monkeypatch.chdir(home)
+    result = CliRunner().invoke(main, ["pipeline", "dead-letters", str(store), ".", "--overwrite"])
+    assert result.exit_code == 1, result.output
+    assert "Error: . holds files no export writes ('notes.txt')" in result.output
+    assert sorted(os.listdir(home)) == ["notes.txt"]
+    assert (home / "notes.txt").read_text() == "kept"
+
+
 def _spark_error(module: str, name: str, text: str) -> Exception:
     """An exception as PySpark raises one: only its module, name and text matter."""
     return type(name, (Exception,), {"__module__": module})(text)

@@ -161,7 +161,9 @@ def audit(path: str, master: str, json_out: str | None, rows: int) -> None:
     multiple=True,
     help="Export every live message of this queue instead (repeatable).",
 )
-@click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
+@click.option(
+    "--overwrite", is_flag=True, help="Replace OUT if it exists and holds only an earlier export."
+)
 def dead_letters(
     path: str, out: str, master: str, fmt: str, queues: tuple[str, ...], overwrite: bool
 ) -> None:

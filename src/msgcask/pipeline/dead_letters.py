@@ -115,7 +115,8 @@ def export_dead_letters(
     """Write the dead letters to ``out`` (a directory of ``fmt`` files, as Spark
     writes); return how many. JSON carries bodies as base64, and NULL columns as
     ``null``. ``out`` must not exist unless ``overwrite`` (which deletes it
-    first), and may not be the store, be inside it or hold it."""
+    first, so it must hold only what an export writes), and may not be the
+    store, be inside it or hold it."""
     # The store's local path: the output is checked against it, not its URI.
     path, out = local_directory(path_text(path, "the store")), path_text(out, "the output")
     if fmt not in FORMATS:

@@ -46,8 +46,9 @@ def _refuse_overlap(store: str, path: str, out: str) -> None:
 def check_spark_output(store: str, out: str, overwrite: bool) -> None:
     """A directory Spark will write: refused (ValueError) if it is the store at
     ``store``, is inside it or holds it, is under a file, cannot be made where
-    it would be (a read-only directory), or, unless ``overwrite``, if it exists
-    (checked here for a local path; Spark refuses an existing one elsewhere)."""
+    it would be (a read-only directory), or, if it exists, unless ``overwrite``
+    and it holds only what an export writes (checked here for a local path;
+    Spark refuses an existing one elsewhere)."""
     if not out:  # realpath would take it for the current directory
         raise ValueError("the output's path is empty: give the directory to write")
     path = local_path(out)
@@ -56,6 +57,8 @@ def check_spark_output(store: str, out: str, overwrite: bool) -> None:
     _refuse_overlap(store, path, out)
     if os.path.lexists(path) and not overwrite:
         raise ValueError(f"{out} exists: choose another path, or overwrite it")
+    if os.path.lexists(path):
+        _refuse_foreign_contents(path, out)
     # Spark makes the directories missing on the way, but fails (a Java stack,
     # once the job has run) where a file stands in for one.
     on_the_way = os.path.dirname(os.path.abspath(path))
@@ -69,6 +72,36 @@ def check_spark_output(store: str, out: str, overwrite: bool) -> None:
         os.rmdir(tempfile.mkdtemp(prefix=".msgcask-", dir=on_the_way))
     except OSError as e:
         raise ValueError(f"{out} cannot be written: {e.strerror or e}") from None
+
+
+def _is_spark_output(name: str) -> bool:
+    """Whether ``name`` is an entry Spark writes into an output directory: the
+    part files, their checksums, the success marker, a failed job's scratch."""
+    return name.lstrip(".").startswith("part-") or name in _SPARK_MARKERS
+
+
+_SPARK_MARKERS = {"_SUCCESS", "._SUCCESS.crc", "_temporary"}
+
+
+def _refuse_foreign_contents(path: str, out: str) -> None:
+    """Overwriting replaces the whole directory: refused (ValueError) unless it
+    holds only what an export writes, so a mistyped OUT (``.``, a home
+    directory) does not cost the files in it."""
+    if not os.path.isdir(path):
+        raise ValueError(
+            f"{out} is not a directory an export wrote, and overwriting would delete it: "
+            "choose another path"
+        )
+    try:
+        foreign = sorted(n for n in os.listdir(path) if not _is_spark_output(n))
+    except OSError as e:
+        raise ValueError(f"{out} cannot be listed: {e.strerror or e}") from None
+    if foreign:
+        named = ", ".join(repr(n) for n in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise ValueError(
+            f"{out} holds files no export writes ({named}), and overwriting replaces the "
+            "whole directory: choose another path, or empty it first"
+        )
 
 
 def check_report(store: str, out: str) -> None:
