@@ -147,6 +147,26 @@ def test_an_empty_or_impossible_output_path_is_refused_before_spark(
     assert afile.read_text() == "kept"
 
 
+def test_an_empty_store_or_recording_path_is_refused_not_taken_for_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As msgcask.open("") is: "" would read whatever store the process runs in."""
+    from msgcask.pipeline.dead_letters import export_dead_letters
+    from msgcask.pipeline.live import read_rows
+    from msgcask.pipeline.replay import Setting, replay
+
+    with msgcask.open(tmp_path, compaction_interval=None) as s:
+        s.queue("q").put(b"x")
+    monkeypatch.chdir(tmp_path)  # a store, which "" would have named
+    with pytest.raises(ValueError, match=r"^the store's path is empty: give its directory$"):
+        export_dead_letters(None, "", str(tmp_path.parent / "out"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^the store's path is empty"):
+        read_rows(None, "")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^the recording's path is empty"):
+        replay("", Setting(0.5, 64 * 1024))
+    assert not (tmp_path.parent / "out").exists()
+
+
 def test_an_export_refuses_an_overwrite_that_is_no_bool(tmp_path: Path) -> None:
     """Checked before Spark is needed: "false" is true, and would delete OUT."""
     from msgcask.pipeline.dead_letters import export_dead_letters

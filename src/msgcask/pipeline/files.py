@@ -57,13 +57,17 @@ class DataFileInfo:
 
 def path_text(path: object, what: str) -> str:
     """``path`` (a ``str`` or an ``os.PathLike`` such as ``pathlib.Path``) as the
-    ``str`` Spark takes; anything else is a TypeError naming ``what`` it is."""
+    ``str`` Spark takes; anything else is a TypeError naming ``what`` it is, and
+    an empty one a ValueError (the file system would take it for the current
+    directory, as ``msgcask.open`` refuses to)."""
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
     if not isinstance(path, str):
         raise TypeError(
             f"{what} is a path (a str or a pathlib.Path), not {type(path).__name__}: {path!r}"
         )
+    if not path:
+        raise ValueError(f"{what}'s path is empty: give its directory")
     return path
 
 
