@@ -376,6 +376,26 @@ def test_a_run_shorter_than_the_default_pin_period_notes_that_it_pins_nothing(
         assert f"msgcask[compaction on]: note: {noted[0]}" in summary(doc)
 
 
+@pytest.mark.parametrize(("workload", "period"), [("dlq-heavy", 1000), ("selector-skip", 500)])
+def test_a_run_of_one_message_notes_it_pins_nothing_and_what_pins_some(
+    run_tiny: Run, workload: str, period: int
+) -> None:
+    # One message: --pin-every cannot be taken (2 at least, -n at most), and two
+    # messages alone keep the default period: the note names both.
+    doc, _ = run_tiny(workload, peers=[], messages=1)
+    assert _only_msgcask(doc)["notes"] == [
+        f"1 message is fewer than the default pin period ({period:,}): no message was "
+        "pinned, so the disk figures say nothing about pinned messages; run 2 messages "
+        "or more with --pin-every 2 to pin some"
+    ]
+    # Doing what it says pins one.
+    doc, _ = run_tiny(workload, peers=[], messages=2, pin_every=2)
+    run = _only_msgcask(doc)
+    assert run["status"] == "ok", run["errors"] + run["notes"]
+    assert run["counts"]["acked"] == 1
+    assert [note for note in run["notes"] if "pin" in note] == []
+
+
 def test_selector_skip_counts_one_in_p_as_skipped(run_tiny: Run) -> None:
     for n, period in ((1499, 500), (1000, 500), (7, 2)):
         doc, _ = run_tiny("selector-skip", messages=n, pin_every=period)

@@ -379,9 +379,15 @@ def note_unpinned(ctx: Context) -> None:
     cfg = ctx.cfg
     n = cfg.messages
     if cfg.pin_every is None and cfg.pin_period > n:
-        fix = f"pass --pin-every 2 to {n:,}" if n >= 2 else "run 2 messages or more"
+        # One message takes no --pin-every (2 at least, -n at most).
+        fix = (
+            f"pass --pin-every 2 to {n:,}"
+            if n >= 2
+            else "run 2 messages or more with --pin-every 2"
+        )
+        are = "message is" if n == 1 else "messages are"
         ctx.notes.append(
-            f"{n:,} messages are fewer than the default pin period ({cfg.pin_period:,}): "
+            f"{n:,} {are} fewer than the default pin period ({cfg.pin_period:,}): "
             "no message was pinned, so the disk figures say nothing about pinned "
             f"messages; {fix} to pin some"
         )
