@@ -551,6 +551,32 @@ def test_summary_reports_the_space_bound_for_msgcask_runs(run_tiny: Run) -> None
     assert "samples_over_bound" not in sqlite_run["space"]
 
 
+def test_the_space_bound_line_counts_its_samples_in_words(run_tiny: Run) -> None:
+    # A run sampled rarely (a long --interval) may have one sample after the first pass.
+    doc, _ = run_tiny("dlq-heavy", peers=[], compaction="on")
+    (run,) = doc["runs"]
+    space = run["space"]
+    label = "msgcask[compaction on]: space bound (data <= live / threshold + 3 files)"
+    n, over, with_index = (
+        space["samples_after_first_pass"],
+        space["samples_over_bound"],
+        space["samples_over_bound_with_index"],
+    )
+    assert n > 1
+    assert (
+        f"{label}: exceeded in {over} of {n} samples after the first pass; counting the "
+        f"index file too, in {with_index}"
+    ) in summary(doc).splitlines()
+    p = doc["params"]
+    space.update(space_bound_check(run["samples"][-1:], p["threshold"], p["max_file_size"]))
+    assert space["samples_after_first_pass"] == 1
+    over, with_index = space["samples_over_bound"], space["samples_over_bound_with_index"]
+    assert (
+        f"{label}: exceeded in {over} of 1 sample after the first pass; counting the "
+        f"index file too, in {with_index}"
+    ) in summary(doc).splitlines()
+
+
 def test_the_space_bound_is_left_out_of_a_compaction_off_run(run_tiny: Run) -> None:
     # priority-pin fills max_store_size: space pressure runs passes even with the
     # schedule off, but the bound is compaction's (threshold), so it is not checked.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from msgcask.plural import counted
+
 MiB = 2**20
 
 
@@ -120,8 +122,9 @@ def summary(doc: dict[str, Any]) -> str:
         if "samples_over_bound" in r["space"]:
             parts.append(
                 f"{r['label']}: space bound (data <= live / threshold + 3 files): exceeded in "
-                f"{r['space']['samples_over_bound']} of {r['space']['samples_after_first_pass']} "
-                "samples after the first pass; counting the index file too, in "
+                f"{r['space']['samples_over_bound']} of "
+                f"{counted(r['space']['samples_after_first_pass'], 'sample')} "
+                "after the first pass; counting the index file too, in "
                 f"{r['space']['samples_over_bound_with_index']}"
             )
         for e in r["errors"]:
