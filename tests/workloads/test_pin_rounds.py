@@ -70,3 +70,13 @@ def test_the_high_messages_of_all_rounds_are_counted_past_where_rounds_repeat() 
         rounds = PinRounds(RunConfig(workload="priority-pin", **kw))
         assert rounds.high_messages() == sum(len(r.high) for r in rounds)
     assert len(PinRounds(RunConfig(workload="priority-pin", rounds=7)).distinct()) == 1
+
+
+def test_a_run_of_one_round_is_summarised_as_one_round(run_tiny: Run) -> None:
+    doc, _ = run_tiny("priority-pin", rounds=1, peers=[])
+    pin = doc["runs"][0]["phases"]["priority_pin"]
+    assert (pin["rounds"], pin["rounds_completed"]) == (1, 1)
+    high = pin["high_messages_per_round"]
+    assert high["min"] == high["max"] >= 1
+    line = f"msgcask[compaction on]: 1 of 1 round ({high['min']} to {high['max']} high-priority "
+    assert [s for s in summary(doc).splitlines() if s.startswith(line)], summary(doc)

@@ -166,7 +166,7 @@ def _phase_lines(run: dict[str, Any], file_size: int) -> list[str]:
         d = ph["priority_pin"]
         high, written = d["high_messages_per_round"], d["round_bytes"]
         out.append(
-            f"{label}: {d['rounds_completed']} of {d['rounds']} rounds "
+            f"{label}: {d['rounds_completed']} of {counted(d['rounds'], 'round')} "
             f"({fmt(high['min'])} to {fmt(high['max'])} high-priority messages "
             f"each; {fmt(written['min'], '.2f', 1 / file_size)} to "
             f"{fmt(written['max'], '.2f', 1 / file_size)} data files written a round)"
