@@ -498,6 +498,16 @@ def test_demo_command(tmp_path: Path) -> None:
     on = next(r for r in doc["runs"] if r["label"] == "msgcask[compaction on]")
     # The closing line gives the final disk/live of each run, as in the result.
     assert f"{on['space']['final_amplification']:.1f} with it)" in result.output
+    # One message of 256 bytes stays live (1 in 1,000 is dead-lettered): not "0 KiB".
+    off = next(r for r in doc["runs"] if r["label"] == "msgcask[compaction off]")
+    assert on["space"]["final_live_payload_bytes"] == 256
+    on_disk, off_disk = on["space"]["final_disk_bytes"], off["space"]["final_disk_bytes"]
+    assert (
+        f"without compaction the store ends {off_disk / 2**20:.1f} MiB on disk, with it "
+        f"{on_disk / 2**20:.1f} MiB ({off_disk / on_disk:.1f}x) for 256 bytes of live "
+        f"messages (disk/live {off['space']['final_amplification']:.1f} without compaction, "
+        f"{on['space']['final_amplification']:.1f} with it)"
+    ) in result.output.splitlines()
 
 
 def test_cli_module_imports_nothing_heavy() -> None:

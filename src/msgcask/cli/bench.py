@@ -565,11 +565,14 @@ def demo(
     runs = {r["compaction_on"]: r for r in doc["runs"] if r["subject"] == "msgcask"}
     on, off = runs.get(True), runs.get(False)
     if on and off and on["space"]["max_disk_bytes"] and off["space"]["final_disk_bytes"]:
+        live = on["space"]["final_live_payload_bytes"]
+        # Under a KiB in bytes: a few live messages are not "0 KiB".
+        live_text = counted(live, "byte") if live < 1024 else f"{live / 1024:.0f} KiB"
         click.echo(
             f"\nwithout compaction the store ends {off['space']['final_disk_bytes'] / MiB:.1f}"
             f" MiB on disk, with it {on['space']['final_disk_bytes'] / MiB:.1f} MiB "
             f"({off['space']['final_disk_bytes'] / max(1, on['space']['final_disk_bytes']):.1f}x)"
-            f" for {on['space']['final_live_payload_bytes'] / 1024:.0f} KiB of live messages"
+            f" for {live_text} of live messages"
             f" (disk/live {fmt(off['space']['final_amplification'], '.1f')} without compaction,"
             f" {fmt(on['space']['final_amplification'], '.1f')} with it)"
         )
