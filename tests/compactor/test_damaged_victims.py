@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import msgcask
 from msgcask.store import codec
 from msgcask.store import format as fmt
@@ -89,3 +91,30 @@ def test_damaged_file_does_not_stall_compaction_of_the_other_files(tmp_path: Pat
             f"{[(f.file_id, f.size, f.kept_by) for f in store.stats().files]}"
         )
         assert store.verify() == []
+
+
+@pytest.mark.parametrize("copied", [18, 1])
+def test_a_consumed_put_record_hidden_by_damage_keeps_its_file_and_is_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, copied: int
+) -> None:
+    # A compacted file whose messages were all consumed since: deleting it needs
+    # each consumed PUT record found (to release the ACKs cancelling them). One
+    # is damaged, so the file stays; pass after pass finds it so, and says it once.
+    path = tmp_path / "store"
+    with _open(path) as store:
+        kept = _fill(store, files=3, keep_in_first=6)
+        q = store.queue("q")
+        for msg_id in kept[copied:]:
+            q.ack(msg_id)
+        store.compact()
+        [compacted] = [f.file_id for f in store.stats().files if not f.active]
+        for msg_id in kept[:copied]:
+            q.ack(msg_id)
+    assert _flip_byte_of(path, kept[0]) == compacted
+    with _open(path) as store, caplog.at_level("ERROR", logger="msgcask"):
+        for _ in range(3):
+            store.compact()
+        assert compacted in {f.file_id for f in store.stats().files}
+    records = f"{copied} consumed PUT record" + ("s" if copied > 1 else "")
+    said = f"msgcask: file {compacted}: found {copied - 1} of its {records} (damaged?); kept"
+    assert [r.getMessage() for r in caplog.records] == [said]

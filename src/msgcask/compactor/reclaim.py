@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from msgcask.compactor import needed
 from msgcask.errors import Error
+from msgcask.plural import counted
 from msgcask.stats import CompactionReport
 from msgcask.store.disk_advice import remedy
 from msgcask.store.filenames import data_file_name
@@ -111,12 +112,16 @@ def _release(store: Store, file_id: int) -> bool:
     expected = store._acct.files[file_id].dead_puts
     pending = needed.find_any(store, file_id)[1].dead_puts  # (id, file of its ACK)
     if len(pending) != expected:
-        log.error(
-            "msgcask: file %d: found %d of its %d consumed PUT records (damaged?); kept",
-            file_id,
-            len(pending),
-            expected,
-        )
+        # Every pass finds it so again (a sealed file's bytes never change): said once.
+        said = (file_id, len(pending), expected)
+        if said not in store._compactor.unreleasable:
+            store._compactor.unreleasable.add(said)
+            log.error(
+                "msgcask: file %d: found %d of its %s (damaged?); kept",
+                file_id,
+                len(pending),
+                counted(expected, "consumed PUT record"),
+            )
         return False
     release(store, file_id, pending)
     return True

@@ -55,6 +55,9 @@ class Compactor:
         # Files found with damaged records: never rewrite victims again (they are
         # still deleted whole once nothing in them is needed).
         self._damaged: set[int] = set()
+        # (file, consumed PUT records found, expected) of files kept because damage
+        # hides some of them (``reclaim._release``): logged once each.
+        self.unreleasable: set[tuple[int, int, int]] = set()
         # Sealed journal files' highest PUT id, read once (needed.highest_put_id).
         self.highest_put_ids: dict[int, int | None] = {}
         self._deletion_failures = RepeatedFailureLog("deleting emptied data files")
