@@ -144,6 +144,33 @@ def _consumed_through_a_transaction(store: msgcask.Store) -> tuple[int, int]:
     return compacted, 150
 
 
+def test_a_consumed_file_that_cannot_be_read_is_kept_and_logged_once(
+    store_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its consumed PUT records cannot be found while it cannot be read: it stays.
+    # Pass after pass meets the same error, and the log says so once; once the
+    # file reads again, the next pass deletes it.
+    fs = FaultyFileSystem()
+    with open_store(store_path, fs) as store:
+        compacted, _ = _consumed_through_a_transaction(store)
+        dead = next(f for f in store._acct.files.values() if f.file_id == compacted).dead_puts
+        assert dead > 1
+        fs.bad_sectors[str(store_path / f"{compacted:010d}.log")] = set(range(0, 200_000, 512))
+        with caplog.at_level("WARNING", logger="msgcask"):
+            for _ in range(3):
+                store.compact()
+        assert compacted in {f.file_id for f in store.stats().files}
+        assert [r.getMessage() for r in caplog.records] == [
+            f"msgcask: data file {compacted} cannot be read (Input/output error)",
+            f"msgcask: file {compacted}: found 0 of its {dead} consumed PUT records "
+            "(damaged?); kept",
+        ]
+        fs.bad_sectors.clear()
+        store.compact()
+        assert compacted not in {f.file_id for f in store.stats().files}
+        assert store.verify() == []
+
+
 @pytest.mark.parametrize("fault", ["read error", "other error"])
 def test_a_failing_file_among_deletions_loses_nothing_to_a_power_cut(
     store_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str

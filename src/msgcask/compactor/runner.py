@@ -58,6 +58,9 @@ class Compactor:
         # (file, consumed PUT records found, expected) of files kept because damage
         # hides some of them (``reclaim._release``): logged once each.
         self.unreleasable: set[tuple[int, int, int]] = set()
+        # File id: the read error last logged for it (``needed.find_any``), until
+        # it reads again.
+        self.unreadable: dict[int, str] = {}
         # Sealed journal files' highest PUT id, read once (needed.highest_put_id).
         self.highest_put_ids: dict[int, int | None] = {}
         self._deletion_failures = RepeatedFailureLog("deleting emptied data files")
