@@ -157,6 +157,158 @@ def test_bad_value_raises_value_error_and_changes_nothing(
     assert snapshot(store, store_path) == before
 
 
+# What the API says of a bad argument, word for word.
+CALL_MESSAGES: dict[str, tuple[BadCall, type[Exception], str]] = {
+    "body_str": (
+        lambda s, q: q.put("text"),
+        TypeError,
+        "message body must be bytes, bytearray or memoryview, got str; encode text first, "
+        "e.g. text.encode()",
+    ),
+    "headers_list": (
+        lambda s, q: q.put(b"x", headers=[("k", "v")]),
+        TypeError,
+        "headers must be a dict of str to str, got list",
+    ),
+    "headers_int_value": (
+        lambda s, q: q.put(b"x", headers={"k": 1}),
+        TypeError,
+        "headers must map str to str; got str -> int for 'k' (convert values with str())",
+    ),
+    "header_name_65536_bytes": (
+        lambda s, q: q.put(b"x", headers={"k" * 65536: "v"}),
+        ValueError,
+        f"header name {'k' * 20!r}... is longer than 65535 bytes",
+    ),
+    "header_value_surrogate": (
+        lambda s, q: q.put(b"x", headers={"name": "caf\udce9"}),
+        ValueError,
+        "the value of header 'name', 'caf\\udce9' is not valid Unicode text: it holds a "
+        "lone surrogate (as str from bytes decoded with errors='surrogateescape' does); "
+        "pass text that encodes to UTF-8",
+    ),
+    "headers_65536": (
+        lambda s, q: q.put(b"x", headers={str(i): "" for i in range(65536)}),
+        ValueError,
+        "a message can carry at most 65535 headers",
+    ),
+    "priority_str": (
+        lambda s, q: q.put(b"x", priority="4"),
+        TypeError,
+        "priority must be an int from 0 to 9, got str",
+    ),
+    "priority_ten": (
+        lambda s, q: q.put(b"x", priority=10),
+        ValueError,
+        "priority must be from 0 (lowest) to 9 (highest), got 10",
+    ),
+    "name_int": (lambda s, q: s.queue(123), TypeError, "queue name must be a str, got int"),
+    "name_empty": (lambda s, q: s.queue(""), ValueError, "queue name must not be empty"),
+    "name_256_utf8_bytes": (
+        lambda s, q: s.queue("\u00e9" * 128),
+        ValueError,
+        "queue name must be at most 255 UTF-8 bytes, got 256",
+    ),
+    "name_nul": (
+        lambda s, q: s.queue("a\0b"),
+        ValueError,
+        "queue name must not contain NUL characters",
+    ),
+    "max_deliveries_str": (
+        lambda s, q: s.queue("new", max_deliveries="3"),
+        TypeError,
+        "max_deliveries must be an int or None, got str",
+    ),
+    "max_deliveries_zero": (
+        lambda s, q: s.queue("new", max_deliveries=0),
+        ValueError,
+        "max_deliveries must be at least 1, got 0",
+    ),
+    "get_timeout_str": (
+        lambda s, q: q.get(timeout="1"),
+        TypeError,
+        "timeout must be a number of seconds or None, got str",
+    ),
+    "get_negative_timeout": (
+        lambda s, q: q.get(timeout=-1),
+        ValueError,
+        "timeout must be >= 0 seconds, got -1",
+    ),
+    "get_nan_timeout": (
+        lambda s, q: q.get(timeout=float("nan")),
+        ValueError,
+        "timeout must be a number of seconds, got nan",
+    ),
+    "compact_threshold_above_one": (
+        lambda s, q: s.compact(threshold=2),
+        ValueError,
+        "threshold must be in (0, 1] (the live fraction below which a file is rewritten), got 2",
+    ),
+    "transaction_of_no_store": (
+        lambda s, q: msgcask.Transaction("store"),
+        TypeError,
+        "a Transaction belongs to a msgcask.Store (make one with store.transaction()), got str",
+    ),
+    "tx_ack_str": (
+        lambda s, q: _in_tx(s, lambda tx: tx.ack("1")),
+        TypeError,
+        "expected a Message or a message id (int), got str",
+    ),
+    "tx_ack_never_delivered": (
+        lambda s, q: _in_tx(s, lambda tx: tx.ack(1)),
+        ValueError,
+        "message 1 is not delivered and unacked (or is acked twice in this transaction); "
+        "only messages returned by get() can be acked, once",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "says"), CALL_MESSAGES.values(), ids=CALL_MESSAGES.keys()
+)
+def test_a_bad_argument_is_refused_saying_what_to_pass(
+    seeded: tuple[msgcask.Store, Any],
+    store_path: Path,
+    snapshot: Snapshot,
+    call: BadCall,
+    error: type[Exception],
+    says: str,
+) -> None:
+    store, q = seeded
+    before = snapshot(store, store_path)
+    with pytest.raises(error) as refused:
+        call(store, q)
+    assert str(refused.value) == says
+    assert snapshot(store, store_path) == before
+
+
+def test_a_transaction_says_what_it_refuses_after_it_ended_and_changes_nothing(
+    seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot
+) -> None:
+    store, q = seeded
+    m = q.get(block=False)
+    assert m is not None
+    with store.transaction() as tx:
+        tx.ack(m)
+        with pytest.raises(ValueError) as twice:
+            tx.ack(m.id)
+    assert str(twice.value) == (
+        f"message {m.id} is not delivered and unacked (or is acked twice in this "
+        "transaction); only messages returned by get() can be acked, once"
+    )
+    before = snapshot(store, store_path)
+    for late in (lambda: tx.put("orders", b"late"), lambda: tx.ack(m), tx.commit):
+        with pytest.raises(ValueError) as ended:
+            late()
+        assert str(ended.value) == "this transaction is already committed or rolled back"
+    rolled_back = store.transaction()
+    rolled_back.rollback()
+    with pytest.raises(ValueError) as ended:
+        rolled_back.put("orders", b"late")
+    assert str(ended.value) == "this transaction is already committed or rolled back"
+    assert snapshot(store, store_path) == before
+
+
 @pytest.mark.parametrize("priority", [True, False])
 def test_bool_priority_is_rejected(
     seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot, priority: bool
@@ -386,7 +538,105 @@ BAD_OPTIONS: dict[str, tuple[dict[str, Any], type[Exception]]] = {
     "sync_interval_below_a_millisecond": ({"sync_interval": 1e-300}, ValueError),
     "sync_interval_just_below_a_millisecond": ({"sync_interval": 0.00099}, ValueError),
     "compaction_interval_past_a_year": ({"compaction_interval": 1e12}, ValueError),
+    "max_file_size_past_2_gib": ({"max_file_size": 2**31 + 1}, ValueError),
+    "compaction_budget_zero": ({"compaction_budget": 0}, ValueError),
 }
+
+# What msgcask.open says of a bad option, word for word.
+SETTINGS = "('always', 'periodic', 'never')"
+OPTION_MESSAGES: dict[str, tuple[dict[str, Any], type[Exception], str]] = {
+    "sync_sometimes": (
+        {"sync": "sometimes"},
+        ValueError,
+        f"sync must be one of {SETTINGS}, got 'sometimes'",
+    ),
+    "sync_int": ({"sync": 1}, TypeError, f"sync must be a str, one of {SETTINGS}"),
+    "sync_interval_str": (
+        {"sync_interval": "fast"},
+        TypeError,
+        "sync_interval must be a number (int or float), got str; convert other number "
+        "types (NumPy's) with int() or float()",
+    ),
+    "sync_interval_nan": (
+        {"sync_interval": float("nan")},
+        ValueError,
+        "sync_interval must be finite, got nan",
+    ),
+    "sync_interval_negative": (
+        {"sync_interval": -0.1},
+        ValueError,
+        "sync_interval must be at least 0.001 and at most 3600 seconds, got -0.1",
+    ),
+    "threshold_zero": (
+        {"compaction_threshold": 0},
+        ValueError,
+        "compaction_threshold must be in (0, 1] (the live fraction below which a file is "
+        "rewritten), got 0",
+    ),
+    "max_file_size_tiny": (
+        {"max_file_size": 16},
+        ValueError,
+        "max_file_size must be at least 65536 bytes, got 16",
+    ),
+    "max_file_size_past_2_gib": (
+        {"max_file_size": 2**31 + 1},
+        ValueError,
+        "max_file_size must be at most 2 GiB, got 2147483649",
+    ),
+    "max_file_size_str": (
+        {"max_file_size": "32MB"},
+        TypeError,
+        "max_file_size must be an int (bytes), got str; convert other integer types "
+        "(NumPy's) with int()",
+    ),
+    "compaction_budget_zero": (
+        {"compaction_budget": 0},
+        ValueError,
+        "compaction_budget must be positive (bytes copied per pass)",
+    ),
+    "compaction_interval_below_a_millisecond": (
+        {"compaction_interval": 1e-7},
+        ValueError,
+        "compaction_interval must be at least 0.001 seconds and at most 31536000 seconds "
+        "(a year), or None to turn the schedule off; got 1e-07",
+    ),
+    "max_store_size_str": (
+        {"max_store_size": "1GB"},
+        TypeError,
+        "max_store_size must be an int (bytes) or None, got str; convert other integer "
+        "types (NumPy's) with int()",
+    ),
+    "max_store_size_below_four_files": (
+        {"max_store_size": 200_000, "max_file_size": SMALL_FILE},
+        ValueError,
+        "max_store_size must be at least 4 data files (4 * max_file_size = 262144 bytes), "
+        "got 200000",
+    ),
+    "keep_data_files_int": (
+        {"keep_data_files": 1},
+        TypeError,
+        "keep_data_files must be a bool, got int",
+    ),
+    "keep_data_files_with_the_schedule": (
+        {"keep_data_files": True},
+        ValueError,
+        "keep_data_files=True keeps every data file, so nothing may compact: pass "
+        "compaction_interval=None and no max_store_size with it",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "says"), OPTION_MESSAGES.values(), ids=OPTION_MESSAGES.keys()
+)
+def test_a_bad_option_is_refused_saying_what_to_pass(
+    tmp_path: Path, options: dict[str, Any], error: type[Exception], says: str
+) -> None:
+    path = tmp_path / "new-store"
+    with pytest.raises(error) as refused:
+        msgcask.open(path, **options)
+    assert str(refused.value) == says
+    assert not path.exists()
 
 
 @pytest.mark.parametrize(("options", "error"), BAD_OPTIONS.values(), ids=BAD_OPTIONS.keys())
