@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import difflib
 import errno
 import functools
 import logging
@@ -37,7 +38,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar, cast
 
 import lmdb
@@ -1942,7 +1943,19 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:
     ...     m.body
     b'hello'
     """
+    for name in options:
+        if name not in _OPTIONS and name not in ("_fs", "_clock"):
+            # Not Store.__init__'s own TypeError: it names a call the caller did not make.
+            close = difflib.get_close_matches(name, _OPTIONS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(
+                f"msgcask.open() got an unknown option {name!r}{hint}; the options are "
+                f"{', '.join(_OPTIONS)} (docs/tuning.md)"
+            )
     return Store(path, **options)
+
+
+_OPTIONS = [f.name for f in fields(Options)]
 
 
 # Imported at the end for the type annotations above; the modules import Store lazily.

@@ -1729,3 +1729,20 @@ def test_a_call_on_a_closed_store_says_to_open_it_again(store_path: Path) -> Non
     assert str(raised.value) == f"the store at {store_path} is closed; open it again to use it"
     with msgcask.open(store_path, compaction_interval=None) as again:
         assert [m.body for m in again.queue("q").browse()] == [b"kept"]
+
+
+def test_a_misspelt_option_is_refused_naming_the_call_and_the_options(tmp_path: Path) -> None:
+    path = tmp_path / "new-store"
+    options = ", ".join(f.name for f in fields(Options))
+    with pytest.raises(TypeError) as refused:
+        msgcask.open(path, compaction_treshold=0.3)
+    assert str(refused.value) == (
+        "msgcask.open() got an unknown option 'compaction_treshold' (did you mean "
+        f"'compaction_threshold'?); the options are {options} (docs/tuning.md)"
+    )
+    with pytest.raises(TypeError) as refused:
+        msgcask.open(path, colour="blue")
+    assert str(refused.value) == (
+        f"msgcask.open() got an unknown option 'colour'; the options are {options} (docs/tuning.md)"
+    )
+    assert not path.exists()
