@@ -5,6 +5,7 @@ a live message, never brings back an acked one, and leaves no stray file behind.
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -239,9 +240,17 @@ def test_a_failed_pass_is_counted_with_its_error_in_stats(store_path: Path) -> N
     fs = FaultyFileSystem()
     store = open_store(store_path, fs)
     live = sparse_store(store)
+    files = {p.name: p.stat().st_size for p in store_path.iterdir()}
     fs.no_space = True
     with pytest.raises(msgcask.Error) as failure:
         store.compact(threshold=1.0)
+    # It names the copy it could not write, why, and that nothing changed; so it is.
+    assert re.fullmatch(
+        rf"compaction could not write {re.escape(str(store_path))}/\d{{10}}\.log: "
+        "No space left on device; nothing changed",
+        str(failure.value),
+    )
+    assert {p.name: p.stat().st_size for p in store_path.iterdir()} == files
     totals = store.stats().compaction
     assert (totals.passes, totals.failed_passes) == (0, 1)
     assert totals.last_failure == f"Error: {failure.value}"

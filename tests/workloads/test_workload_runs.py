@@ -179,6 +179,8 @@ def test_a_subject_that_fails_to_open_fails_its_run_and_the_others_go_on(
     where = "open" if failing_call == 1 else "reopen"
     assert run["status"] == "failed"
     assert run["errors"] == [f"{where}: OSError: [Errno 5] Input/output error"]
+    error = f"msgcask[compaction on]: error: {where}: OSError: [Errno 5] Input/output error"
+    assert summary(doc).splitlines().count(error) == 1
     assert (run["counts"]["put"] > 0) == (where == "reopen")
     sqlite_run = next(r for r in doc["runs"] if r["subject"] == "sqlite3")
     assert sqlite_run["status"] == "ok"
