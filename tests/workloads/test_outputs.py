@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 from workload_sizes import Run
 
+import msgcask
 from msgcask.cli.bench import bench, demo
 from msgcask.workloads import runner
 from msgcask.workloads.config import RunConfig
@@ -459,6 +460,26 @@ def test_a_directory_in_the_results_place_is_refused_before_running(
     result = CliRunner().invoke(demo, ["-n", "10", "--out", str(out)])
     assert result.exit_code == 2, result.output
     assert "a directory has that name" in result.output
+
+
+def test_a_store_given_as_the_result_directory_is_refused_and_left_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A mistyped --out naming a store: the result would go among its data files.
+    monkeypatch.setattr(runner, "run_workload", _must_not_run)
+    store_dir = tmp_path / "store"
+    with msgcask.open(store_dir, compaction_interval=None) as store:
+        store.queue("q").put(b"kept")
+    before = {p.name: p.stat().st_size for p in store_dir.iterdir()}
+    result = CliRunner().invoke(bench, ["steady", "-n", "10", "--out", str(store_dir)])
+    assert result.exit_code == 2, result.output
+    said = (
+        f"Error: Invalid value for --out: {store_dir} is a msgcask store (it holds data "
+        "files): the result would be written among them. Give another directory, such as "
+        "results"
+    )
+    assert said in result.output.splitlines()
+    assert {p.name: p.stat().st_size for p in store_dir.iterdir()} == before
 
 
 def test_bench_exits_1_when_a_run_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
