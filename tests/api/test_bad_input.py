@@ -263,10 +263,43 @@ CALL_MESSAGES: dict[str, tuple[BadCall, type[Exception], str]] = {
 }
 
 
+# The errors a user meets most, word for word: what is wrong, named, and where to look.
+SAID: dict[str, tuple[BadCall, type[Exception], str]] = {
+    "get_of_a_queue_that_does_not_exist": (
+        lambda s, q: msgcask.Queue(s, "nowhere").get(block=False),
+        msgcask.Empty,
+        "queue 'nowhere' has no message available",
+    ),
+    "delete_of_a_queue_that_does_not_exist": (
+        lambda s, q: s.delete_queue("nowhere"),
+        ValueError,
+        "no queue named 'nowhere'; store.queues() lists them",
+    ),
+    "a_queue_as_its_own_dead_letter_queue": (
+        lambda s, q: s.queue("orders", max_deliveries=2, dead_letter_queue="orders"),
+        ValueError,
+        "a queue cannot be its own dead-letter queue",
+    ),
+    "ack_of_an_id_never_delivered": (
+        lambda s, q: q.ack(12345),
+        ValueError,
+        "message 12345 is not delivered-and-unacked on queue 'orders'; only messages "
+        "returned by get() on this queue can be acked or nacked, once",
+    ),
+    "why_kept_of_a_file_the_store_lacks": (
+        lambda s, q: s.why_kept(99),
+        ValueError,
+        "no data file 99; the store has files [1]",
+    ),
+}
+
+
 @pytest.mark.parametrize(
-    ("call", "error", "says"), CALL_MESSAGES.values(), ids=CALL_MESSAGES.keys()
+    ("call", "error", "says"),
+    [*CALL_MESSAGES.values(), *SAID.values()],
+    ids=[*CALL_MESSAGES, *SAID],
 )
-def test_a_bad_argument_is_refused_saying_what_to_pass(
+def test_a_refused_call_says_what_is_wrong_word_for_word_and_changes_nothing(
     seeded: tuple[msgcask.Store, Any],
     store_path: Path,
     snapshot: Snapshot,
@@ -1662,54 +1695,6 @@ def test_a_transaction_refuses_a_bad_ack_at_the_call_and_stays_usable(
     assert snapshot(store, store_path) == before  # nothing written yet, nothing refused later
     tx.commit()  # the refused ack left the rest of the transaction as it was
     assert [m.id for m in q.browse()] == [waiting.id]
-
-
-# The errors a user meets most, word for word: what is wrong, named, and where to look.
-SAID: dict[str, tuple[BadCall, type[Exception], str]] = {
-    "get_of_a_queue_that_does_not_exist": (
-        lambda s, q: msgcask.Queue(s, "nowhere").get(block=False),
-        msgcask.Empty,
-        "queue 'nowhere' has no message available",
-    ),
-    "delete_of_a_queue_that_does_not_exist": (
-        lambda s, q: s.delete_queue("nowhere"),
-        ValueError,
-        "no queue named 'nowhere'; store.queues() lists them",
-    ),
-    "a_queue_as_its_own_dead_letter_queue": (
-        lambda s, q: s.queue("orders", max_deliveries=2, dead_letter_queue="orders"),
-        ValueError,
-        "a queue cannot be its own dead-letter queue",
-    ),
-    "ack_of_an_id_never_delivered": (
-        lambda s, q: q.ack(12345),
-        ValueError,
-        "message 12345 is not delivered-and-unacked on queue 'orders'; only messages "
-        "returned by get() on this queue can be acked or nacked, once",
-    ),
-    "why_kept_of_a_file_the_store_lacks": (
-        lambda s, q: s.why_kept(99),
-        ValueError,
-        "no data file 99; the store has files [1]",
-    ),
-}
-
-
-@pytest.mark.parametrize(("call", "error", "says"), SAID.values(), ids=SAID.keys())
-def test_a_common_error_says_what_is_wrong_and_changes_nothing(
-    seeded: tuple[msgcask.Store, Any],
-    store_path: Path,
-    snapshot: Snapshot,
-    call: BadCall,
-    error: type[Exception],
-    says: str,
-) -> None:
-    store, q = seeded
-    before = snapshot(store, store_path)
-    with pytest.raises(error) as raised:
-        call(store, q)
-    assert str(raised.value) == says
-    assert snapshot(store, store_path) == before
 
 
 def test_a_get_that_waited_in_vain_says_how_long(store: msgcask.Store) -> None:
