@@ -1015,11 +1015,17 @@ def test_verify_names_an_acked_entry_that_refers_to_an_unknown_file(
 def test_verify_names_a_live_message_in_an_unknown_file(store_path: Path) -> None:
     ids, _ = _consumed_store(store_path)
     entry = _edit_entry(store_path, ids[2], file_id=77)
-    assert _verify_trusted(store_path) == [
-        f"message {ids[2]} is in unknown file 77",
-        f"message {ids[2]} points at no PUT record of its id",
-        f"file 1's account in the index says live bytes {4 * entry.size}"
-        f" (its index entries add up to {3 * entry.size}),"
+    assert _verify_trusted(store_path) == _moved_to_file_77(ids[2], entry.size)
+
+
+def _moved_to_file_77(msg_id: int, size: int) -> list[str]:
+    """What verify says of one of file 1's four live messages whose entry moved
+    to file 77, which the index does not know."""
+    return [
+        f"message {msg_id} is in unknown file 77",
+        f"message {msg_id} points at no PUT record of its id",
+        f"file 1's account in the index says live bytes {4 * size}"
+        f" (its index entries add up to {3 * size}),"
         " live messages 4 (its index entries add up to 3)",
     ]
 
@@ -1083,13 +1089,7 @@ def test_verify_counts_the_deliver_record_of_a_message_in_an_unknown_file(
         delivered = store._catalog.lookup(ids[1])
         assert isinstance(delivered, keys.Live) and delivered.deliver_file == 1
     entry = _edit_entry(store_path, ids[1], file_id=77)
-    assert _verify_trusted(store_path) == [
-        f"message {ids[1]} is in unknown file 77",
-        f"message {ids[1]} points at no PUT record of its id",
-        f"file 1's account in the index says live bytes {4 * entry.size}"
-        f" (its index entries add up to {3 * entry.size}),"
-        " live messages 4 (its index entries add up to 3)",
-    ]
+    assert _verify_trusted(store_path) == _moved_to_file_77(ids[1], entry.size)
 
 
 def test_verify_names_a_count_of_acks_the_data_files_disagree_with(store_path: Path) -> None:
