@@ -120,6 +120,10 @@ def test_a_report_is_tried_before_the_job_and_nothing_is_left(tmp_path: Path) ->
         # Spark would fail every task making it, each with a Java stack in the log.
         (["dead-letters", "{store}", "/proc/dead"], "/proc/dead cannot be written: No such file"),
         (["dead-letters", "{store}", "/proc/new/dead"], "/proc/new/dead cannot be written"),
+        # --overwrite replaces OUT whole: not a file, nor a directory of other files.
+        (["dead-letters", "{store}", "{file}", "--overwrite"], "not a directory an export wrote"),
+        (["dead-letters", "{store}", "{store}/..", "--overwrite"], "would destroy the store"),
+        (["dead-letters", "{store}", "{home}", "--overwrite"], "holds files no export writes"),
     ],
 )
 def test_an_empty_or_impossible_output_path_is_refused_before_spark(
@@ -138,13 +142,17 @@ def test_an_empty_or_impossible_output_path_is_refused_before_spark(
         s.queue("q").put(b"x")
     afile = tmp_path / "afile"
     afile.write_text("kept")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("kept")
     before = sorted(p.name for p in tmp_path.iterdir())
-    argv = ["pipeline", *(a.format(store=store, file=afile) for a in args)]
+    argv = ["pipeline", *(a.format(store=store, file=afile, home=home) for a in args)]
     result = CliRunner().invoke(main, argv)
     assert result.exit_code in (1, 2) and isinstance(result.exception, SystemExit), result.output
     assert says in result.output, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert afile.read_text() == "kept"
+    assert [p.name for p in home.iterdir()] == ["notes.txt"]
 
 
 def test_an_empty_store_or_recording_path_is_refused_not_taken_for_the_current_directory(
@@ -219,30 +227,6 @@ def test_an_overwrite_is_refused_where_it_would_delete_more_than_an_export(
     (tmp_path / "afile").write_text("kept")
     with pytest.raises(ValueError, match="afile is not a directory an export wrote"):
         check_spark_output(str(store), str(tmp_path / "afile"), overwrite=True)
-
-
-def test_the_dead_letters_command_keeps_a_directory_it_did_not_write(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import msgcask.cli.pipeline as cli_pipeline
-    from msgcask.cli.main import main
-
-    def no_spark(master: str) -> None:
-        raise AssertionError("Spark started: OUT should have been refused first")
-
-    monkeypatch.setattr(cli_pipeline, "_spark", no_spark)
-    store = tmp_path / "store"
-    with msgcask.open(store, compaction_interval=None) as s:
-        s.queue("q").put(b"x")
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "notes.txt").write_text("kept")
-    monkeypatch.chdir(home)
-    result = CliRunner().invoke(main, ["pipeline", "dead-letters", str(store), ".", "--overwrite"])
-    assert result.exit_code == 1, result.output
-    assert "Error: . holds files no export writes ('notes.txt')" in result.output
-    assert sorted(os.listdir(home)) == ["notes.txt"]
-    assert (home / "notes.txt").read_text() == "kept"
 
 
 def _spark_error(module: str, name: str, text: str) -> Exception:
