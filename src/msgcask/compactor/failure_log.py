@@ -2,7 +2,8 @@
 
 A full disk or a data file that cannot be deleted fails every pass and every
 background deletion until someone acts: the log says so once, and again
-when the failure changes or after a success.
+when the failure changes or after a success. The same holds for a condition
+of one data file that every pass finds again (``SaidOnce``).
 """
 
 from __future__ import annotations
@@ -29,3 +30,23 @@ class RepeatedFailureLog:
 
     def succeeded(self) -> None:
         self._last = ""
+
+
+class SaidOnce:
+    """What was last logged of each of several things (data files, by id): a
+    condition every pass finds again is news only when it starts or changes."""
+
+    def __init__(self) -> None:
+        self._said: dict[int, object] = {}
+
+    def news(self, key: int, said: object) -> bool:
+        """Whether ``said`` differs from what was last said of ``key`` (and is
+        now what was said)."""
+        if key in self._said and self._said[key] == said:
+            return False
+        self._said[key] = said
+        return True
+
+    def forget(self, key: int) -> None:
+        """The condition of ``key`` ended: said again if it comes back."""
+        self._said.pop(key, None)

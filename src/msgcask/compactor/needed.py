@@ -273,13 +273,11 @@ def find_any(store: Store, file_id: int) -> tuple[bytes, Needed, int]:
             return (*from_index, 0)
         buf = store._handles[file_id].read_all()
     except OSError as e:
-        # Every pass may try it again: the same error is said once.
         said = str(e.strerror or e)
-        if store._compactor.unreadable.get(file_id) != said:
-            store._compactor.unreadable[file_id] = said
+        if store._compactor.unreadable.news(file_id, said):
             log.warning("msgcask: data file %d cannot be read (%s)", file_id, said)
         return b"", Needed(file_id), 1
-    store._compactor.unreadable.pop(file_id, None)
+    store._compactor.unreadable.forget(file_id)
     records = parse(buf, store._pacer.pause)
     return buf, find(store, file_id, records), records.damaged
 

@@ -112,10 +112,8 @@ def _release(store: Store, file_id: int) -> bool:
     expected = store._acct.files[file_id].dead_puts
     pending = needed.find_any(store, file_id)[1].dead_puts  # (id, file of its ACK)
     if len(pending) != expected:
-        # Every pass finds it so again (a sealed file's bytes never change): said once.
-        said = (file_id, len(pending), expected)
-        if said not in store._compactor.unreleasable:
-            store._compactor.unreleasable.add(said)
+        # Every pass finds it so again (a sealed file's bytes never change).
+        if store._compactor.unreleasable.news(file_id, (len(pending), expected)):
             log.error(
                 "msgcask: file %d: found %d of its %s (damaged?); kept",
                 file_id,

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from msgcask.compactor import policy
-from msgcask.compactor.failure_log import RepeatedFailureLog
+from msgcask.compactor.failure_log import RepeatedFailureLog, SaidOnce
 from msgcask.compactor.reclaim import DeletionFailed, finish_deletions, reclaim
 from msgcask.compactor.rewrite import past_the_cap, rewrite
 from msgcask.errors import ClosedError, Error, IndexFailedError
@@ -55,12 +55,11 @@ class Compactor:
         # Files found with damaged records: never rewrite victims again (they are
         # still deleted whole once nothing in them is needed).
         self._damaged: set[int] = set()
-        # (file, consumed PUT records found, expected) of files kept because damage
-        # hides some of them (``reclaim._release``): logged once each.
-        self.unreleasable: set[tuple[int, int, int]] = set()
-        # File id: the read error last logged for it (``needed.find_any``), until
-        # it reads again.
-        self.unreadable: dict[int, str] = {}
+        # Files kept because damage hides some of their consumed PUT records
+        # (``reclaim._release``), and files that cannot be read (``needed.find_any``):
+        # every pass finds them again, the log says so once.
+        self.unreleasable = SaidOnce()
+        self.unreadable = SaidOnce()
         # Sealed journal files' highest PUT id, read once (needed.highest_put_id).
         self.highest_put_ids: dict[int, int | None] = {}
         self._deletion_failures = RepeatedFailureLog("deleting emptied data files")
