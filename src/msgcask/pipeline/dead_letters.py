@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from msgcask import validate
 from msgcask.pipeline.failures import task_errors
-from msgcask.pipeline.files import local_directory, path_text
+from msgcask.pipeline.files import local_directory_of, path_text
 from msgcask.pipeline.live import counted, read_rows
 from msgcask.pipeline.outputs import check_spark_output
 
@@ -118,7 +118,7 @@ def export_dead_letters(
     first, so it must hold only what an export writes), and may not be the
     store, be inside it or hold it."""
     # The store's local path: the output is checked against it, not its URI.
-    path, out = local_directory(path_text(path, "the store")), path_text(out, "the output")
+    path, out = local_directory_of(path, "the store"), path_text(out, "the output")
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if not isinstance(overwrite, bool):  # "false" would be true, and delete ``out``

@@ -23,7 +23,7 @@ def job_failure(e: BaseException) -> Error | None:
     """The msgcask ``Error`` to report for ``e``, or None if ``e`` is not Spark's."""
     if not _spark_failure(e):
         return None
-    raised = _python_exception([line for line in str(e).splitlines() if line.strip()])
+    raised = _raised_in_worker(e)
     if raised is not None:
         return _msgcask_error(raised) or Error(f"the Spark job failed in a worker: {raised}")
     return Error(f"the Spark job failed: {spark_cause(e)}")
@@ -37,8 +37,8 @@ def task_errors() -> Iterator[None]:
     try:
         yield
     except Exception as e:
-        raised = _python_exception([line for line in str(e).splitlines() if line.strip()])
-        failure = _msgcask_error(raised) if _spark_failure(e) and raised else None
+        raised = _raised_in_worker(e) if _spark_failure(e) else None
+        failure = None if raised is None else _msgcask_error(raised)
         if failure is None:
             raise
         raise failure from e
@@ -46,6 +46,12 @@ def task_errors() -> Iterator[None]:
 
 def _spark_failure(e: BaseException) -> bool:
     return type(e).__module__.startswith(("pyspark", "py4j"))
+
+
+def _raised_in_worker(e: BaseException) -> str | None:
+    """The exception line of the Python worker's traceback that Spark's ``e``
+    quotes, or None."""
+    return _python_exception([line for line in str(e).splitlines() if line.strip()])
 
 
 def _msgcask_error(raised: str) -> Error | None:

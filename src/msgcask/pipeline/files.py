@@ -71,6 +71,11 @@ def path_text(path: object, what: str) -> str:
     return path
 
 
+def local_directory_of(path: object, what: str) -> str:
+    """``local_directory`` of ``path`` given by a caller (``path_text``'s checks)."""
+    return local_directory(path_text(path, what))
+
+
 def local_directory(path: str) -> str:
     """The local directory ``path`` names: itself, or the path of a ``file:`` URI
     (as Spark takes one). The files are read with Python's own ``open``, so the

@@ -34,7 +34,7 @@ from typing import Any
 import msgcask
 from msgcask.errors import Error, MessageTooLargeError
 from msgcask.options import MAX_SYNC_INTERVAL
-from msgcask.pipeline.files import DataFileInfo, list_data_files, local_directory, path_text
+from msgcask.pipeline.files import DataFileInfo, list_data_files, local_directory_of, path_text
 from msgcask.pipeline.rows import AT, file_rows
 from msgcask.store import format as fmt
 
@@ -123,7 +123,7 @@ def replay(
         )
     check_pass_every(pass_every)
     files = whole_journal(recording)
-    recording = local_directory(path_text(recording, "the recording"))  # a file: URI's path
+    recording = local_directory_of(recording, "the recording")  # a file: URI's path
     target = tempfile.mkdtemp(prefix="msgcask-replay-", dir=check_workdir(workdir, recording))
     state = _Replay(setting, pass_every)
     try:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgcask import validate
 from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE, check_threshold
-from msgcask.pipeline.files import local_directory, path_text
+from msgcask.pipeline.files import local_directory_of
 from msgcask.pipeline.replay import (
     DEFAULT_PASS_EVERY,
     ReplayResult,
@@ -122,7 +122,7 @@ def replays(spark: SparkSession, recording: str, grid: list[Setting], pass_every
     # Each task opens the recording itself, in its executor's working directory
     # (on a cluster, not the command's): a relative path is resolved here, and
     # a file: URI made the path it names.
-    recording = os.path.abspath(local_directory(path_text(recording, "the recording")))
+    recording = os.path.abspath(local_directory_of(recording, "the recording"))
     frame = spark.createDataFrame(
         [(float(s.compaction_threshold), s.max_file_size) for s in grid],
         "compaction_threshold DOUBLE, max_file_size BIGINT",
