@@ -4,11 +4,14 @@ and ``from conftest import`` finds whichever of the two was loaded first."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import lmdb
 
 from msgcask.store import codec
 from msgcask.store import format as fmt
@@ -55,3 +58,16 @@ def listdir_refusing(directory: Path) -> Callable[..., list[str]]:
         return real(path)
 
     return listdir
+
+
+@contextlib.contextmanager
+def index_table(store_path: Path, table: bytes) -> Iterator[tuple[lmdb.Transaction, Any]]:
+    """A write transaction on one table of a closed store's index, behind the
+    store's back: (transaction, table), committed when the block ends."""
+    env = lmdb.open(str(store_path / "index"), max_dbs=8, lock=False, map_size=2**30)
+    try:
+        db = env.open_db(table, create=False)
+        with env.begin(write=True) as txn:
+            yield txn, db
+    finally:
+        env.close()

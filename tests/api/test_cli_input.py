@@ -15,7 +15,7 @@ from hold_store import start_holder
 
 import msgcask
 from child_process import run_cli
-from disk_files import listdir_refusing
+from disk_files import index_table, listdir_refusing
 from msgcask.cli.bench import bench, demo
 from msgcask.cli.main import _guess_file_size, main
 from msgcask.options import MAX_FILE_SIZE_LIMIT
@@ -388,18 +388,11 @@ def test_check_index_fails_when_the_index_disagrees_with_intact_data_files(
     # The data files are intact, so a plain check passes; the index has lost the
     # order key of the one live message (as a stale or damaged index could), which
     # only --index can see: it must name the problem and exit 1.
-    from msgcask.index.env import IndexEnv
-
     with msgcask.open(store_dir, compaction_interval=None) as store:
         [message] = store.queue("q").browse()
-    env = IndexEnv(str(store_dir / "index"))
-    try:
-        [(key, _)] = list(env.items(env.order))
-        env.txn.delete(key, db=env.order)
-        env.commit()
-        env.sync()
-    finally:
-        env.close()
+    with index_table(store_dir, b"order") as (txn, order):
+        [key] = list(txn.cursor(db=order).iternext(values=False))
+        txn.delete(key, db=order)
     code, output = _run(main, ["check", str(store_dir)])
     assert code == 0, output
     code, output = _run(main, ["check", "--index", str(store_dir)])
@@ -444,19 +437,13 @@ def test_check_index_names_an_order_key_of_a_message_not_live(store_dir: Path) -
     # The index keeps an order key for a message nothing holds live: the report
     # names the message and its queue, not only a count of keys.
     from msgcask.index import keys
-    from msgcask.index.env import IndexEnv
 
     with msgcask.open(store_dir, compaction_interval=None) as store:
         [message] = store.queue("q").browse()
         qid = store._catalog.queue_ids["q"]
     stray = message.id + 1000
-    env = IndexEnv(str(store_dir / "index"))
-    try:
-        env.txn.put(keys.order_key(qid, 4, stray), b"", db=env.order)
-        env.commit()
-        env.sync()
-    finally:
-        env.close()
+    with index_table(store_dir, b"order") as (txn, order):
+        txn.put(keys.order_key(qid, 4, stray), b"", db=order)
     code, output = _run(main, ["check", "--index", str(store_dir)])
     assert code == 1, output
     expected = f"PROBLEM: index: order key of message {stray} in queue 'q', which is not live"
@@ -467,20 +454,14 @@ def test_check_index_names_a_message_whose_delivery_count_is_in_an_unknown_file(
     store_dir: Path,
 ) -> None:
     from msgcask.index import keys
-    from msgcask.index.env import IndexEnv
 
     with msgcask.open(store_dir, compaction_interval=None) as store:
         [message] = store.queue("q").browse()
-    env = IndexEnv(str(store_dir / "index"))
-    try:
-        entry = keys.unpack_msg(env.txn.get(keys.msg_key(message.id), db=env.msgs))
+    with index_table(store_dir, b"msgs") as (txn, msgs):
+        entry = keys.unpack_msg(txn.get(keys.msg_key(message.id), db=msgs))
         assert isinstance(entry, keys.Live)
         live = entry._replace(deliveries=1, deliver_file=77)
-        env.txn.put(keys.msg_key(message.id), keys.pack_live(live), db=env.msgs)
-        env.commit()
-        env.sync()
-    finally:
-        env.close()
+        txn.put(keys.msg_key(message.id), keys.pack_live(live), db=msgs)
     code, output = _run(main, ["check", str(store_dir)])  # the data files alone are fine
     assert code == 0, output
     code, output = _run(main, ["check", "--index", str(store_dir)])

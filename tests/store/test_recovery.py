@@ -7,24 +7,22 @@ disk. Each test is named after the state it recovers from.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import lmdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from xxhash import xxh3_64_intdigest
 
 import msgcask
+from disk_files import index_table
 from msgcask.check import scan_files
 from msgcask.index import keys
 from msgcask.index.accounting import FileAccount
@@ -83,19 +81,6 @@ def abandon(store: msgcask.Store) -> None:
         for handle in store._handles.values():
             handle.close()
         store._lock_file.release()
-
-
-@contextlib.contextmanager
-def index_table(store_path: Path, table: bytes) -> Iterator[tuple[lmdb.Transaction, Any]]:
-    """A write transaction on one table of a closed store's index, behind the
-    store's back: (transaction, table), committed when the block ends."""
-    env = lmdb.open(str(store_path / "index"), max_dbs=8, lock=False, map_size=2**30)
-    try:
-        db = env.open_db(table, create=False)
-        with env.begin(write=True) as txn:
-            yield txn, db
-    finally:
-        env.close()
 
 
 def set_meta(store_path: Path, values: dict[bytes, bytes]) -> None:
@@ -429,11 +414,17 @@ def test_journal_shorter_than_indexed_forces_a_rebuild(store_path: Path) -> None
         assert store.verify() == []
 
 
+def _fill(store: msgcask.Store, n: int) -> msgcask.Queue:
+    """``n`` messages of 5,000 bytes put in queue "q" (13 to a 64 KiB data file)."""
+    q = store.queue("q")
+    for i in range(n):
+        q.put(bytes([i % 256]) * 5000)
+    return q
+
+
 def test_missing_data_file_forces_a_rebuild(store_path: Path) -> None:
     with open_store(store_path, max_file_size=64 * 1024) as store:
-        q = store.queue("q")
-        for i in range(30):
-            q.put(bytes([i]) * 5000)
+        _fill(store, 30)
     files = sorted(store_path.glob("*.log"))
     assert len(files) >= 3
     files[0].unlink()
@@ -449,9 +440,7 @@ def test_missing_data_file_forces_a_rebuild(store_path: Path) -> None:
 def test_every_missing_data_file_is_named_and_counted(store_path: Path) -> None:
     # Two files removed by hand: the reason names both and counts what both held.
     with open_store(store_path, max_file_size=64 * 1024) as store:
-        q = store.queue("q")
-        for i in range(30):
-            q.put(bytes([i]) * 5000)
+        _fill(store, 30)
         held = {f.file_id: (f.live_messages, f.live_bytes) for f in store.stats().files}
     files = sorted(store_path.glob("*.log"))
     assert len(files) >= 3
@@ -469,9 +458,7 @@ def test_every_missing_data_file_is_named_and_counted(store_path: Path) -> None:
 
 def test_missing_data_files_past_the_third_are_counted(store_path: Path) -> None:
     with open_store(store_path, max_file_size=64 * 1024) as store:
-        q = store.queue("q")
-        for i in range(90):
-            q.put(bytes([i]) * 5000)
+        _fill(store, 90)
     files = sorted(store_path.glob("*.log"))
     assert len(files) >= 6
     for f in files[:5]:
@@ -489,9 +476,7 @@ def test_a_missing_file_that_held_nothing_live_is_reported_without_a_count(
 ) -> None:
     settings = {"max_file_size": 64 * 1024, "keep_data_files": True}
     with open_store(store_path, **settings) as store:
-        q = store.queue("q")
-        for i in range(30):
-            q.put(bytes([i]) * 5000)
+        q = _fill(store, 30)
         for _ in range(15):  # consume the first file's messages; the acks keep it
             q.ack(q.get(block=False))
     files = sorted(store_path.glob("*.log"))
@@ -508,9 +493,7 @@ def test_a_journal_file_put_back_after_its_deletion_forces_a_rebuild_that_names_
     # journal file the index does not know, older than its checkpoint.
     settings = {"max_file_size": 64 * 1024}
     with open_store(store_path, **settings) as store:
-        q = store.queue("q")
-        for i in range(30):
-            q.put(bytes([i]) * 5000)
+        q = _fill(store, 30)
         first = store_path / data_file_name(1)
         shutil.copy(first, tmp_path / first.name)
         for _ in range(13):
@@ -769,9 +752,7 @@ def test_a_damaged_header_refuses_the_open_saying_what_to_do_and_changes_nothing
     store_path: Path,
 ) -> None:
     with open_store(store_path, max_file_size=64 * 1024) as store:
-        q = store.queue("q")
-        for i in range(20):
-            q.put(bytes([i]) * 5000)
+        _fill(store, 20)
     first = store_path / data_file_name(1)
     raw = bytearray(first.read_bytes())
     raw[0] ^= 0x01  # the magic
