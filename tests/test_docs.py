@@ -696,11 +696,11 @@ def test_pipeline_audit_transcript_is_what_its_snippet_makes(tmp_path: Path) -> 
     ]
     summary = re.fullmatch(
         r"(\d+) data files, (\d+) bytes on disk; (\d+) live messages, (\d+) live bytes "
-        r"\(disk/live [\d.]+\); (\d+) needed acks; (\d+) damaged bytes",
+        r"\(disk/live [\d.]+\); (\d+) needed acks or delivery counts; (\d+) damaged bytes",
         lines[0],
     )
     assert summary, lines[0]
-    assert lines[1].split()[:6] == ["file", "kind", "size", "live", "ratio", "acks"]
+    assert lines[1].split()[:6] == ["file", "kind", "size", "live", "ratio", "needed"]
     rows = [line.split() for line in lines[2:]]
     documented = [(*row[:4], row[5]) for row in rows]
     opts: dict[str, Any] = {"compaction_interval": None, "keep_data_files": True}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from msgcask.plural import counted
+from msgcask.plural import acks_or_delivery_counts, counted
 from msgcask.store.recovery import CorruptionReport
 
 
@@ -17,7 +17,10 @@ class FileStats:
     size: int
     live_bytes: int
     live_messages: int
-    needed_acks: int  # ACK/DELIVER records here that must outlive records elsewhere
+    # Needed ACK and DELIVER records here: acks that must outlive the PUT records
+    # they cancel elsewhere, and live messages' delivery counts. One count in the
+    # index; ``Store.why_kept`` tells the two apart.
+    needed_acks: int
     active: bool  # the journal's write head (never compacted)
     # Being deleted (nothing in it is needed), but still on disk, so counted in the
     # store's sizes: for a moment in a pass, or until a failed deletion is retried.
@@ -40,7 +43,7 @@ class FileStats:
         if self.live_messages:
             parts.append(counted(self.live_messages, "live message"))
         if self.needed_acks:
-            parts.append(counted(self.needed_acks, "needed ack"))
+            parts.append(acks_or_delivery_counts(self.needed_acks))
         return ", ".join(parts) or "nothing (reclaimable)"
 
 
@@ -98,8 +101,9 @@ class StoreStats:
     index_bytes: int
     live_bytes: int  # on-disk bytes of the records of live messages
     live_messages: int
-    # ACK/DELIVER records that must be kept (at most 23 bytes each): with
-    # live_bytes, what the store must retain. The space bound is stated on the sum.
+    # ACK/DELIVER records that must be kept (``FileStats.needed_acks``, at most 23
+    # bytes each): with live_bytes, what the store must retain. The space bound is
+    # stated on the sum.
     needed_bytes: int
     data_files: int
     files: list[FileStats]

@@ -26,7 +26,7 @@ from msgcask.cli.main import main
 from msgcask.pipeline.audit import audit
 from msgcask.pipeline.dead_letters import dead_letters, export_dead_letters
 from msgcask.pipeline.live import read_rows
-from msgcask.plural import counted
+from msgcask.plural import acks_or_delivery_counts, counted
 from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.filenames import data_file_name
@@ -354,6 +354,15 @@ def test_the_commands_write_what_they_report(spark: Any, tmp_path: Path, scaled:
     for f in written["files"]:  # the rows documented in docs/pipeline.md
         assert sum(q["messages"] for q in f["live_by_queue"]) == expected[f["file_id"]][0]
         assert sum(q["bytes"] for q in f["live_by_queue"]) == f["live_bytes"]
+    # The needed count holds acks and delivery counts alike, and the words say so.
+    needed = written["totals"]["needed_acks"]
+    assert f"; {acks_or_delivery_counts(needed)}; " in result.output
+    rows = {line.split()[0]: line for line in result.output.splitlines()[1:]}
+    assert rows["file"].split()[5] == "needed"
+    with_needed = [f for f in written["files"] if f["needed_acks"] and str(f["file_id"]) in rows]
+    assert with_needed
+    for f in with_needed:
+        assert acks_or_delivery_counts(f["needed_acks"]) in rows[str(f["file_id"])]
     out = tmp_path / "dead"
     args = ["pipeline", "dead-letters", str(store), str(out), "--format", "json"]
     result = runner.invoke(main, args)

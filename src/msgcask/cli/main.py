@@ -213,7 +213,7 @@ class _FileIdCommand(click.Command):
 @click.argument("file_id", type=int)
 @MAX_FILE_SIZE
 def why_kept(path: str, file_id: int, max_file_size: int | None) -> None:
-    """Say which live messages and needed acks keep data file FILE_ID."""
+    """Say which live messages, needed acks and delivery counts keep data file FILE_ID."""
     ids = _require_store(path)
     if file_id not in ids:  # said without opening the store, which writes its index
         raise click.ClickException(f"no data file {file_id}; the store has files {ids}")

@@ -23,7 +23,7 @@ from msgcask.pipeline.files import list_data_files
 from msgcask.pipeline.outputs import check_report, check_spark_output
 from msgcask.pipeline.replay import DEFAULT_PASS_EVERY
 from msgcask.pipeline.session import DEFAULT_MASTER, QUIET_CONF, TERMINAL_CONF, spark_session
-from msgcask.plural import counted
+from msgcask.plural import acks_or_delivery_counts, counted
 
 MASTER = click.option(
     "--master",
@@ -89,7 +89,8 @@ def pipeline() -> None:
 )
 def audit(path: str, master: str, json_out: str | None, rows: int) -> None:
     """Account for every data file from its records: live messages and bytes,
-    needed acks, damage, and the queues whose live messages keep each file."""
+    needed acks and delivery counts, damage, and the queues whose live messages keep
+    each file."""
     from msgcask.pipeline.audit import audit as run_audit
 
     list_data_files(path)
@@ -107,7 +108,7 @@ def audit(path: str, master: str, json_out: str | None, rows: int) -> None:
     click.echo(
         f"{counted(t['data_files'], 'data file')}, {t['disk_bytes']} bytes on disk; "
         f"{counted(t['live_messages'], 'live message')}, {t['live_bytes']} live bytes "
-        f"(disk/live {ratio}); {counted(t['needed_acks'], 'needed ack')}; "
+        f"(disk/live {ratio}); {acks_or_delivery_counts(t['needed_acks'])}; "
         f"{t['damaged_bytes']} damaged bytes"
     )
     if t["deleted_files"]:
@@ -120,13 +121,13 @@ def audit(path: str, master: str, json_out: str | None, rows: int) -> None:
             "was read"
         )
     click.echo(
-        f"{'file':>10} {'kind':>10} {'size':>10} {'live':>10} {'ratio':>6} {'acks':>6}  kept by"
+        f"{'file':>10} {'kind':>10} {'size':>10} {'live':>10} {'ratio':>6} {'needed':>6}  kept by"
     )
     newest_journal = max((f["file_id"] for f in files if f["kind"] == "journal"), default=None)
     for f in files[:rows]:
         kept = ", ".join(f"{q['messages']} in {q['queue']}" for q in by_queue.get(f["file_id"], []))
         if f["needed_acks"]:
-            kept = ", ".join(filter(None, [kept, f"{f['needed_acks']} needed acks"]))
+            kept = ", ".join(filter(None, [kept, acks_or_delivery_counts(f["needed_acks"])]))
         if f["deleted"]:
             kept = "deleted by the store during the audit"
         elif f["redundant"]:

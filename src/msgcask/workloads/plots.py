@@ -145,7 +145,7 @@ def _files(plt: Any, runs: list[dict[str, Any]], title: str) -> Any:
                 "v",
                 color="tab:orange",
                 markersize=3,
-                label="holds needed acks",
+                label="holds needed acks or delivery counts",
             )
             ax.legend(fontsize=7)
         ax.set_title(
