@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import msgcask
+from msgcask.check import scan_files
 from msgcask.store import codec
 from msgcask.store import format as fmt
 
@@ -92,6 +93,17 @@ def test_damaged_file_does_not_stall_compaction_of_the_other_files(
         assert [r.getMessage() for r in caplog.records] == [
             f"msgcask: data file {damaged_file} has damaged or unreadable records; not compacted"
         ]
+        # The pass's finding is a corruption report too, once (not one per pass), where
+        # the check of the file puts the damage.
+        [stretch] = [p for p in scan_files(str(path)).problems if not p.startswith("index")]
+        [report] = store.stats().corruptions
+        assert (report.file_id, report.action) == (damaged_file, "kept")
+        name = f"{path}/{damaged_file:010d}.log"
+        said = f"{report.length} bytes: {report.reason}"
+        assert stretch == f"{name}: damage at offset {report.offset}, {said}"
+        assert str(report) == (
+            f"{name}: {report.reason} at offset {report.offset}, {report.length} bytes kept"
+        )
         left = {f.file_id for f in store.stats().files}
         assert not left & set(others), (
             f"sparse files never compacted next to damaged file {damaged_file}: "
@@ -122,6 +134,9 @@ def test_a_consumed_put_record_hidden_by_damage_keeps_its_file_and_is_logged_onc
         for _ in range(3):
             store.compact()
         assert compacted in {f.file_id for f in store.stats().files}
+        # Every pass reads the damage again; it is reported once.
+        [report] = store.stats().corruptions
+        assert (report.file_id, report.action) == (compacted, "kept")
     records = f"{copied} consumed PUT record" + ("s" if copied > 1 else "")
     said = f"msgcask: file {compacted}: found {copied - 1} of its {records} (damaged?); kept"
     assert [r.getMessage() for r in caplog.records] == [said]

@@ -160,6 +160,13 @@ def test_a_consumed_file_that_cannot_be_read_is_kept_and_logged_once(
             for _ in range(3):
                 store.compact()
         assert compacted in {f.file_id for f in store.stats().files}
+        # Reported once, not once per pass.
+        [report] = store.stats().corruptions
+        name = store_path / f"{compacted:010d}.log"
+        size = name.stat().st_size
+        assert (
+            str(report) == f"{name}: read error (Input/output error) at offset 0, {size} bytes kept"
+        )
         assert [r.getMessage() for r in caplog.records] == [
             f"msgcask: data file {compacted} cannot be read (Input/output error)",
             f"msgcask: file {compacted}: found 0 of its {dead} consumed PUT records "

@@ -56,7 +56,12 @@ class FileRecords:
     puts: list[tuple[int, codec.Record]] = field(default_factory=list)
     acks: list[int] = field(default_factory=list)
     delivers: list[tuple[int, int]] = field(default_factory=list)
-    damaged: int = 0  # stretches that did not parse
+    stretches: list[codec.Damage] = field(default_factory=list)  # what did not parse
+
+    @property
+    def damaged(self) -> int:
+        """Damaged stretches (the write head's unused space is none)."""
+        return len(self.stretches)
 
 
 # Records parsed between pauses (parsing holds no lock, only the interpreter).
@@ -73,7 +78,8 @@ def parse(buf: bytes, pause: Callable[[], None] | None = None) -> FileRecords:
         if pause is not None and not n % PARSE_PAUSE_EVERY:
             pause()
         if not isinstance(item, codec.Record):
-            out.damaged += not item.unused
+            if not item.unused:
+                out.stretches.append(item)
             continue
         if item.rtype == fmt.TYPE_PUT:
             out.puts.append((fmt.PUT_FIXED.unpack_from(buf, item.payload_start)[0], item))
@@ -266,19 +272,26 @@ def find_any(store: Store, file_id: int) -> tuple[bytes, Needed, int]:
     bytes ``Needed.puts`` points into, what is needed, and how many damaged
     stretches the read found (0 when the file was not read). A file that
     cannot be read (EIO) counts as damaged: its records cannot be copied, so
-    it must stay."""
+    it must stay. What it finds damaged or unreadable goes to
+    ``stats().corruptions`` (once: every pass finds it again)."""
+    compactor = store._compactor
     try:
         from_index = find_by_id(store, file_id)
         if from_index is not None:
             return (*from_index, 0)
-        buf = store._handles[file_id].read_all()
+        handle = store._handles[file_id]
+        buf = handle.read_all()
     except OSError as e:
         said = str(e.strerror or e)
-        if store._compactor.unreadable.news(file_id, said):
+        if compactor.unreadable.news(file_id, said):
             log.warning("msgcask: data file %d cannot be read (%s)", file_id, said)
+        size = store._acct.peek(file_id).size
+        compactor.found_damage(file_id, [(0, size, f"read error ({said})")])
         return b"", Needed(file_id), 1
-    store._compactor.unreadable.forget(file_id)
+    compactor.unreadable.forget(file_id)
     records = parse(buf, store._pacer.pause)
+    if records.stretches:
+        compactor.found_damage(file_id, [(d.offset, d.length, d.reason) for d in records.stretches])
     return buf, find(store, file_id, records), records.damaged
 
 

@@ -9,6 +9,7 @@ budget, then delete again. One pass runs at a time.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import replace
@@ -22,6 +23,8 @@ from msgcask.errors import ClosedError, Error, IndexFailedError
 from msgcask.index.accounting import FileAccount
 from msgcask.stats import CompactionReport, CompactionStats
 from msgcask.store import format as fmt
+from msgcask.store.filenames import data_file_name
+from msgcask.store.recovery import CorruptionReport
 
 if TYPE_CHECKING:
     from msgcask.db import Store
@@ -64,6 +67,20 @@ class Compactor:
         self.highest_put_ids: dict[int, int | None] = {}
         self._deletion_failures = RepeatedFailureLog("deleting emptied data files")
         self._space_failures = RepeatedFailureLog("compaction for a put that fits")
+
+    def found_damage(self, file_id: int, stretches: list[tuple[int, int, str]]) -> None:
+        """Report the damaged stretches (offset, length, reason) a pass found in
+        data file ``file_id`` in ``stats().corruptions``: each once, as every
+        pass that reads the file finds them again, and none that an open or a
+        read reported already at the same place."""
+        store = self._store
+        with store._lock:
+            path = os.path.join(store.path, data_file_name(file_id))
+            known = {(c.file_id, c.offset) for c in store._corruptions}
+            for offset, length, reason in stretches:
+                if (file_id, offset) not in known:
+                    report = CorruptionReport(file_id, path, offset, length, reason, "kept")
+                    store._corruptions.append(report)
 
     def _views(self) -> list[policy.FileView]:
         store = self._store

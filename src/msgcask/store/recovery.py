@@ -70,8 +70,10 @@ class CorruptionReport:
     length: int
     reason: str
     # "truncated" (a torn tail), "skipped" (kept on disk, not used), "removed" (an
-    # empty file a crash left), "kept" (a compacted file without its MANIFEST) or
-    # "quarantined" (a message whose record was found damaged when read).
+    # empty file a crash left), "kept" (a compacted file without its MANIFEST, or
+    # damage or a read error a compaction pass found: the file is not compacted, and
+    # kept if what the damage hides is needed to delete it) or "quarantined" (a
+    # message whose record was found damaged when read).
     action: str
 
     def __str__(self) -> str:
