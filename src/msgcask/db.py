@@ -67,7 +67,7 @@ from msgcask.index.keys import STATE_ACKED, Live
 from msgcask.made_dirs import missing_dirs, remove_made_dirs
 from msgcask.message import Message, delivered_id, delivered_message_type
 from msgcask.options import Options, check_threshold
-from msgcask.stats import CompactionReport, FileStats, KeptReport, StoreStats
+from msgcask.stats import CompactionReport, FileStats, KeptReport, StoreStats, hidden_puts
 from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.disk_advice import free_space_note, remedy
@@ -1748,6 +1748,7 @@ class Store(Uncopyable):
         with self._lock:
             self._check_open()
             head = self._journal.head_id
+            damage = self._compactor.kept_for_damage
             files = [
                 FileStats(
                     a.file_id,
@@ -1758,6 +1759,7 @@ class Store(Uncopyable):
                     a.needed_marks,
                     a.file_id == head,
                     a.retired,
+                    damage.get(a.file_id, ""),
                 )
                 for a in sorted(self._acct.files.values(), key=lambda a: a.file_id)
             ]
@@ -1856,12 +1858,17 @@ class Store(Uncopyable):
             found = needed.classify(self._catalog, file_id, records, self._acct.id_ranges())
             needed.drop_acks_past_their_file(self, found)
             names = {qid: name for name, qid in self._catalog.queue_ids.items()}
+            # A compaction pass deletes the file only once it finds every consumed
+            # PUT record in it (reclaim._release): damage may hide some.
+            dead_puts = len(dict(found.dead_puts))
+            hidden = dead_puts < account.dead_puts
             return KeptReport(
                 file_id,
                 [(names.get(e.queue_id, "?"), msg_id) for msg_id, _, e in found.puts],
                 found.acks,
                 [msg_id for msg_id, _ in found.delivers],
                 file_id == self._journal.head_id,
+                hidden_puts(dead_puts, account.dead_puts) if hidden else "",
             )
 
     @_index_errors

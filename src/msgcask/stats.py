@@ -27,6 +27,11 @@ class FileStats:
     # (Also once unlinked if the directory fsync after it failed: until a retry
     # makes the deletion durable, a power cut may bring it back.)
     retired: bool = False
+    # What keeps the file whatever its counts say ("" for nothing), as the latest
+    # compaction pass that tried to delete it found: damage that hides some of its
+    # consumed PUT records (``hidden_puts``: deleting the file needs them all), or
+    # a read error (``unreadable``). ``msgcask check`` shows where.
+    damage: str = ""
 
     @property
     def live_ratio(self) -> float:
@@ -44,7 +49,20 @@ class FileStats:
             parts.append(counted(self.live_messages, "live message"))
         if self.needed_acks:
             parts.append(acks_or_delivery_counts(self.needed_acks))
+        if self.damage:
+            parts.append(f"{self.damage}: run msgcask check")
         return ", ".join(parts) or "nothing (reclaimable)"
+
+
+def hidden_puts(found: int, expected: int) -> str:
+    """In words: damage hides the rest of a file's ``expected`` consumed PUT records
+    (``found`` of them were read): "damage hides 1 of its 18 consumed PUT records"."""
+    return f"damage hides {expected - found} of its {counted(expected, 'consumed PUT record')}"
+
+
+def unreadable(reason: str) -> str:
+    """In words: a file cannot be read (``reason``: the OS's, "Input/output error")."""
+    return f"cannot be read ({reason})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +177,16 @@ class KeptReport:
     needed_acks: list[tuple[int, int]]  # (message id, file holding its PUT record)
     needed_deliveries: list[int]  # message ids whose delivery count is recorded here
     active: bool
+    # Damage that hides some of its consumed PUT records (``hidden_puts``): the
+    # file can be deleted only once they are all found ("" if none is hidden).
+    damage: str = ""
 
     @property
     def reclaimable(self) -> bool:
-        return not (self.active or self.live_messages or self.needed_acks or self.needed_deliveries)
+        return not (
+            self.active
+            or self.live_messages
+            or self.needed_acks
+            or self.needed_deliveries
+            or self.damage
+        )

@@ -3,6 +3,7 @@ line true of the store's files, counts in words."""
 
 from __future__ import annotations
 
+import errno
 import re
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from click.testing import CliRunner
 
 import msgcask
 from msgcask.cli.main import main
+from msgcask.store import format as fmt
+from msgcask.store.fs import DataFile
 
 SMALL_FILE = 64 * 1024
 BODY = 5000  # 13 bodies fill a 64 KiB data file
@@ -62,6 +65,26 @@ def test_why_kept_says_a_file_nothing_needs_is_deleted_by_the_next_pass(
     output = _run(["why-kept", str(consumed_first_file), "1"])
     assert output == "nothing: the next compaction pass deletes it\n"
     assert (consumed_first_file / "0000000001.log").exists()  # a look deletes nothing
+
+
+def test_stats_says_a_file_it_cannot_read_is_kept_for_that(
+    consumed_first_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its counts say nothing keeps it, but a pass could not read the consumed PUT
+    # records it must find to delete it: stats reads the file to say so.
+    real = DataFile.read
+
+    def read(handle: DataFile, offset: int, size: int) -> bytes:
+        if handle.path.endswith("0000000001.log") and size > fmt.FILE_HEADER_SIZE:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(handle, offset, size)
+
+    monkeypatch.setattr(DataFile, "read", read)
+    rows = {
+        line.split()[0]: line for line in _run(["stats", str(consumed_first_file)]).splitlines()
+    }
+    assert rows["1"].endswith("  cannot be read (Input/output error): run msgcask check")
+    assert rows["3"].endswith("  write head")
 
 
 def test_why_kept_names_the_write_head_and_a_delivery_count(store_path: Path) -> None:

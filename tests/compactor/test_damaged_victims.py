@@ -11,9 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import msgcask
 from msgcask.check import scan_files
+from msgcask.cli.main import main
 from msgcask.store import codec
 from msgcask.store import format as fmt
 
@@ -130,13 +132,35 @@ def test_a_consumed_put_record_hidden_by_damage_keeps_its_file_and_is_logged_onc
         for msg_id in kept[:copied]:
             q.ack(msg_id)
     assert _flip_byte_of(path, kept[0]) == compacted
+    records = f"{copied} consumed PUT record" + ("s" if copied > 1 else "")
+    hides = f"damage hides 1 of its {records}"
     with _open(path) as store, caplog.at_level("ERROR", logger="msgcask"):
         for _ in range(3):
             store.compact()
-        assert compacted in {f.file_id for f in store.stats().files}
+        # Its counts say nothing keeps it; stats() and why_kept() say what does.
+        [stats] = [f for f in store.stats().files if f.file_id == compacted]
+        assert (stats.live_messages, stats.needed_acks) == (0, 0)
+        assert stats.kept_by == f"{hides}: run msgcask check"
+        assert stats.damage == hides
+        report = store.why_kept(compacted)
+        assert not report.reclaimable
+        assert report.damage == hides
         # Every pass reads the damage again; it is reported once.
-        [report] = store.stats().corruptions
-        assert (report.file_id, report.action) == (compacted, "kept")
-    records = f"{copied} consumed PUT record" + ("s" if copied > 1 else "")
+        [corruption] = store.stats().corruptions
+        assert (corruption.file_id, corruption.action) == (compacted, "kept")
     said = f"msgcask: file {compacted}: found {copied - 1} of its {records} (damaged?); kept"
     assert [r.getMessage() for r in caplog.records] == [said]
+    # The commands open the store without compacting: they read the file themselves.
+    [line] = [x for x in _cli(["stats", str(path)]).splitlines() if x.split()[0] == str(compacted)]
+    assert line.split()[1:5] == ["compacted", str(stats.size), "0", "0"]
+    assert line.endswith(f"  {hides}: run msgcask check")
+    assert _cli(["why-kept", str(path), str(compacted)]) == (
+        f"kept for damage: {hides}, and is deleted only once all are found; "
+        f"`msgcask check {path}` shows where\n"
+    )
+
+
+def _cli(args: list[str]) -> str:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return result.output

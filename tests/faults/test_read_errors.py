@@ -8,6 +8,7 @@ never as a raw OSError.
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 from pathlib import Path
 
@@ -163,6 +164,15 @@ def test_a_consumed_file_that_cannot_be_read_is_kept_and_logged_once(
             for _ in range(3):
                 store.compact()
         assert compacted in {f.file_id for f in store.stats().files}
+        # Its counts say nothing keeps it; stats() says what does, and why_kept(), which
+        # reads the file, cannot tell more than that.
+        [stats] = [f for f in store.stats().files if f.file_id == compacted]
+        assert (stats.live_messages, stats.needed_acks) == (0, 0)
+        eio = "cannot be read (Input/output error)"
+        assert stats.kept_by == f"{eio}: run msgcask check"
+        assert stats.damage == eio
+        with pytest.raises(msgcask.CorruptionError, match=re.escape(eio)):
+            store.why_kept(compacted)
         # Reported once, not once per pass.
         [report] = store.stats().corruptions
         name = store_path / f"{compacted:010d}.log"

@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import sys
+from dataclasses import replace
 
 import click
 
@@ -21,6 +22,7 @@ from msgcask.cli.bench import FILE_SIZE, BoundedFloat, bench, demo
 from msgcask.cli.pipeline import pipeline
 from msgcask.options import MAX_FILE_SIZE_LIMIT, MIN_FILE_SIZE
 from msgcask.plural import counted
+from msgcask.stats import unreadable
 from msgcask.store.disk_advice import cannot_list
 from msgcask.store.filenames import LOCK_FILE, data_file_ids, parse_data_file_name
 from msgcask.store.lockfile import lock_holder
@@ -182,10 +184,22 @@ def stats(path: str, max_file_size: int | None) -> None:
             click.echo(f"queue        {name}: {len(store.queue(name))}")
         click.echo(f"{'file':>10} {'kind':>9} {'size':>12} {'live':>12} {'msgs':>8}  kept by")
         for f in st.files:
+            if not (f.active or f.retired or f.live_messages or f.needed_acks or f.damage):
+                f = replace(f, damage=_damage(store, f.file_id))
             click.echo(
                 f"{f.file_id:>10} {f.kind:>9} {f.size:>12} {f.live_bytes:>12} "
                 f"{f.live_messages:>8}  {f.kept_by}"
             )
+
+
+def _damage(store: msgcask.Store, file_id: int) -> str:
+    """What keeps a file its counts call reclaimable (``FileStats.damage``), read
+    from the file: a store opened to look runs no compaction pass to find it."""
+    try:
+        return store.why_kept(file_id).damage
+    except msgcask.CorruptionError as e:
+        cause = e.__cause__
+        return unreadable(str(cause.strerror or cause) if isinstance(cause, OSError) else str(e))
 
 
 class _FileIdCommand(click.Command):
@@ -230,6 +244,11 @@ def why_kept(path: str, file_id: int, max_file_size: int | None) -> None:
         click.echo(f"ack of message {msg_id}, needed while file {put_file} holds its record")
     for msg_id in report.needed_deliveries:
         click.echo(f"delivery count of live message {msg_id}")
+    if report.damage:
+        click.echo(
+            f"kept for damage: {report.damage}, and is deleted only once all are found; "
+            f"`msgcask check {path}` shows where"
+        )
     if report.reclaimable:
         click.echo("nothing: the next compaction pass deletes it")
 

@@ -47,6 +47,10 @@ class SaidOnce:
         self._said[key] = said
         return True
 
+    def said(self, key: int) -> object | None:
+        """What was last said of ``key`` (None if nothing, or forgotten)."""
+        return self._said.get(key)
+
     def forget(self, key: int) -> None:
         """The condition of ``key`` ended: said again if it comes back."""
         self._said.pop(key, None)

@@ -63,6 +63,9 @@ class Compactor:
         # every pass finds them again, the log says so once.
         self.unreleasable = SaidOnce()
         self.unreadable = SaidOnce()
+        # Those files, kept whatever their counts say, and why in words
+        # (``FileStats.damage``): until a pass releases them.
+        self.kept_for_damage: dict[int, str] = {}
         # Sealed journal files' highest PUT id, read once (needed.highest_put_id).
         self.highest_put_ids: dict[int, int | None] = {}
         self._deletion_failures = RepeatedFailureLog("deleting emptied data files")
