@@ -155,8 +155,8 @@ def test_a_consumed_put_record_hidden_by_damage_keeps_its_file_and_is_logged_onc
     assert line.split()[1:5] == ["compacted", str(stats.size), "0", "0"]
     assert line.endswith(f"  {hides}: run msgcask check")
     assert _cli(["why-kept", str(path), str(compacted)]) == (
-        f"kept for damage: {hides}, and is deleted only once all are found; "
-        f"`msgcask check {path}` shows where\n"
+        f"kept: {hides}, and deleting the file needs them all; "
+        f"`msgcask check {path}` shows where the damage is\n"
     )
 
 

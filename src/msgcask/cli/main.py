@@ -246,8 +246,8 @@ def why_kept(path: str, file_id: int, max_file_size: int | None) -> None:
         click.echo(f"delivery count of live message {msg_id}")
     if report.damage:
         click.echo(
-            f"kept for damage: {report.damage}, and is deleted only once all are found; "
-            f"`msgcask check {path}` shows where"
+            f"kept: {report.damage}, and deleting the file needs them all; "
+            f"`msgcask check {path}` shows where the damage is"
         )
     if report.reclaimable:
         click.echo("nothing: the next compaction pass deletes it")
