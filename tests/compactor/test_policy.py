@@ -23,6 +23,7 @@ from msgcask.compactor.policy import (
     Plan,
     behind,
     benefit_cost,
+    manifest_size,
     min_gain_for,
     near_bound,
     plan,
@@ -398,11 +399,24 @@ def file_sets(draw: st.DrawFn) -> list[FileView]:
     budget=st.integers(0, 8 * SIZE),
     small_file=st.integers(0, SIZE),
     min_gain=st.sampled_from([0, 1, 4096, SIZE // 4]),
+    file_room=st.integers(0, 8 * SIZE),
 )
 def test_plan_invariants_hold_for_any_file_set(
-    files: list[FileView], threshold: float, budget: int, small_file: int, min_gain: int
+    files: list[FileView],
+    threshold: float,
+    budget: int,
+    small_file: int,
+    min_gain: int,
+    file_room: int,
 ) -> None:
-    p = plan(files, threshold=threshold, budget=budget, small_file=small_file, min_gain=min_gain)
+    p = plan(
+        files,
+        threshold=threshold,
+        budget=budget,
+        small_file=small_file,
+        min_gain=min_gain,
+        file_room=file_room,
+    )
     by_id = {f.file_id: f for f in files}
 
     # Never the write head; never a file twice; never deleted and copied at once.
@@ -423,6 +437,8 @@ def test_plan_invariants_hold_for_any_file_set(
     # The budget: only a lone victim may exceed it.
     spent = sum(by_id[i].copy_cost for i in p.rewrite)
     assert spent <= budget or len(p.rewrite) == 1
+    # One compacted file holds the copies and the MANIFEST naming every victim.
+    assert manifest_size(len(p.rewrite)) + spent <= file_room or len(p.rewrite) <= 1
 
     sealed = [f for f in files if not f.active and not f.reclaimable]
     sparse = [f for f in sealed if f.live_ratio < threshold and f.dead_bytes >= min_gain]
@@ -434,7 +450,8 @@ def test_plan_invariants_hold_for_any_file_set(
     # Greedy completeness: a sparse file left out did not fit what the pass spent.
     for f in sparse:
         if f.file_id not in p.rewrite:
-            assert spent + f.copy_cost > budget
+            room_after = file_room - manifest_size(len(p.rewrite) + 1)
+            assert spent + f.copy_cost > min(budget, room_after)
 
     # Sparse victims come first, in benefit/cost order.
     sparse_ids = {f.file_id for f in sparse}
@@ -469,3 +486,41 @@ def test_compact_rejects_a_bad_threshold_and_changes_nothing(tmp_path: Path) -> 
         assert [(f.file_id, f.size) for f in store.stats().files] == before
         assert store.stats().compaction.passes == 0
         assert store.compact(threshold=0.5).files_rewritten > 0
+
+
+# -- the compacted file a pass writes --------------------------------------------------------
+
+
+def test_a_pass_merging_many_small_files_writes_no_file_past_max_file_size(
+    tmp_path: Path,
+) -> None:
+    # Sixteen small compacted files of one message each, whose records add up to the
+    # whole budget a pass may copy (max_file_size - 64). The copy's MANIFEST grows by
+    # 4 bytes a victim: with all sixteen in one file it would not fit in a data file.
+    path = tmp_path / "s"
+    record = (SIZE - 64) // 16
+    body = b"k" * (record - len(codec.encode_put(1, b"keep", 0, 0, b"", b"")))
+    with msgcask.open(path, max_file_size=SIZE, compaction_interval=None) as store:
+        keep, filler = store.queue("keep"), store.queue("filler")
+        for _ in range(16):  # one message to keep per journal file, the rest consumed
+            head = store._journal.head_id
+            keep.put(body)
+            while store._journal.head_id == head:
+                filler.put(b"f" * 1000)
+        for m in [filler.get(block=False) for _ in range(len(filler))]:
+            filler.ack(m)
+    # A budget of one byte: each pass copies one sparse file into a compacted file.
+    with msgcask.open(
+        path, max_file_size=SIZE, compaction_interval=None, compaction_budget=1
+    ) as store:
+        while store.compact().files_rewritten:
+            pass
+        small = [f for f in store.stats().files if f.kind == "compacted"]
+        assert len(small) == 16 and all(f.size < SMALL for f in small)
+        assert {f.live_bytes for f in small} == {record}
+    with msgcask.open(path, max_file_size=SIZE, compaction_interval=None) as store:
+        assert store.compact().files_rewritten >= 2  # the small files are merged
+        assert max(f.size for f in store.stats().files) <= SIZE, store.stats().files
+        keep = store.queue("keep")
+        assert len(keep) == 16 and keep.get(block=False).body == body
+    assert max(p.stat().st_size for p in path.glob("*.log")) <= SIZE

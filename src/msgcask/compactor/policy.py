@@ -119,6 +119,17 @@ def reclaimable_bytes(files: list[FileView], min_gain: int) -> int:
     return total
 
 
+def manifest_size(victims: int) -> int:
+    """Bytes of the MANIFEST record that names ``victims`` files."""
+    return fmt.RECORD_HEADER_SIZE + fmt.MANIFEST_COUNT.size + victims * fmt.MANIFEST_ENTRY.size
+
+
+def _fits_one_file(victims: int, copied: int, file_room: int | None) -> bool:
+    """Whether ``copied`` bytes and a MANIFEST naming ``victims`` files fit
+    in the ``file_room`` of one compacted file (None: no limit)."""
+    return file_room is None or manifest_size(victims) + copied <= file_room
+
+
 def min_gain_for(max_file_size: int) -> int:
     """The smallest rewrite worth doing: 1/64 of a data file, at least 4 KiB."""
     return max(4096, max_file_size // 64)
@@ -138,6 +149,7 @@ def plan(
     min_gain: int = 0,
     hard_budget: bool = False,
     read_budget: int | None = None,
+    file_room: int | None = None,
     defer: frozenset[int] = frozenset(),
 ) -> Plan:
     """Choose what one pass does.
@@ -152,6 +164,9 @@ def plan(
     in the room left under ``max_store_size``).
     ``read_budget``: bytes of victims a pass may read (the first victim is
     always allowed); None for no limit.
+    ``file_room``: bytes a compacted file holds past its header: its MANIFEST
+    (4 more bytes a victim) and the copies must fit (the first victim is always
+    allowed); None for no limit.
     ``defer``: files not to rewrite in this pass (they are still being
     consumed); they are deleted whole all the same once nothing in them is needed.
     """
@@ -172,6 +187,8 @@ def plan(
         if (rewrite or hard_budget) and spent + f.copy_cost > budget:
             continue
         if rewrite and read_budget is not None and read + f.size > read_budget:
+            continue
+        if rewrite and not _fits_one_file(len(rewrite) + 1, spent + f.copy_cost, file_room):
             continue
         rewrite.append(f.file_id)
         spent += f.copy_cost

@@ -118,6 +118,7 @@ class Compactor:
             min_gain=policy.min_gain_for(max_file_size),
             hard_budget=hard,
             read_budget=read_files * max_file_size,
+            file_room=max_file_size - fmt.FILE_HEADER_SIZE,
             defer=defer,
         )
 
