@@ -506,6 +506,38 @@ def test_a_journal_file_put_back_after_its_deletion_forces_a_rebuild_that_names_
         assert store.recovery.reason == "journal file 1 is older than the checkpoint"
 
 
+@pytest.mark.parametrize("other_puts", [120, 300], ids=["longer", "longer-and-newer"])
+def test_data_files_of_another_store_beside_a_clean_index_force_a_rebuild(
+    store_path: Path, tmp_path: Path, other_puts: int
+) -> None:
+    # A backup's data files restored over a closed store whose index/ was left in
+    # place: the files go on past what that index saw when it was closed cleanly.
+    settings = {"max_file_size": 64 * 1024}
+    with open_store(store_path, **settings) as store:
+        q = store.queue("q")
+        for i in range(100):
+            q.put(b"a%d" % i + b"a" * 300)
+    other = tmp_path / "other"
+    with open_store(other, **settings) as store:
+        q = store.queue("q")
+        expected = [
+            (q.put(b"b%d" % i + b"b" * 400), b"b%d" % i + b"b" * 400) for i in range(other_puts)
+        ]
+    for path in store_path.glob("*.log"):
+        path.unlink()
+    for path in other.glob("*.log"):
+        shutil.copy(path, store_path / path.name)
+    with open_store(store_path, **settings) as store:
+        assert store.recovery.mode == "rebuild"
+        assert store.recovery.reason == (
+            f"data file {data_file_name(1)} goes on past what the index saw at its clean close"
+        )
+        assert store.recovery.corruptions == []
+        assert browse(store) == expected
+        assert store.verify() == []
+        assert store.stats().corruptions == []
+
+
 def test_a_rebuild_is_logged_once_with_the_store_and_its_reason(
     store_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

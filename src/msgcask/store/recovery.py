@@ -111,6 +111,9 @@ class NeedsRebuild(Exception):
     pass
 
 
+_PAST_CLEAN = "goes on past what the index saw at its clean close"
+
+
 def open_data_files(fs: FileSystem, directory: str, *, writable: bool = True) -> OpenedFiles:
     handles: dict[int, DataFile] = {}
     headers: dict[int, codec.FileHeader] = {}
@@ -168,6 +171,16 @@ def _read_whole(handle: DataFile, size: int | None = None) -> bytes:
             "store elsewhere, or move this file out of the store and open it again",
             path=handle.path,
         ) from e
+
+
+def _records_past(handle: DataFile, end: int) -> bool:
+    """Whether ``handle`` holds an intact record past ``end``. (Zeros there are
+    space allocated ahead of writes, a partial record a torn append: neither
+    is one.)"""
+    if handle.size <= end:
+        return False
+    buf = _read_whole(handle)
+    return any(isinstance(item, codec.Record) for item in codec.scan(buf, end, head=True))
 
 
 def _bound_transaction(env: IndexEnv) -> None:
@@ -318,6 +331,16 @@ class Recovery:
                 to_replay.append(file_id)
             else:
                 raise NeedsRebuild(f"journal file {file_id} is older than the checkpoint")
+        if clean:
+            # A clean close committed everything journaled: records past what the
+            # index saw are not this index's (data files restored beside it).
+            for file_id, account in sorted(acct.files.items()):
+                end = cp_offset if file_id == cp_file else account.size
+                if _records_past(on_disk[file_id], end):
+                    raise NeedsRebuild(f"data file {data_file_name(file_id)} {_PAST_CLEAN}")
+            for file_id in to_replay:
+                if _records_past(on_disk[file_id], fmt.FILE_HEADER_SIZE):
+                    raise NeedsRebuild(f"journal file {data_file_name(file_id)} {_PAST_CLEAN}")
         catalog = Catalog(env, acct)
         self.max_msg_id = env.get_u64(keys.META_NEXT_ID, default=1) - 1
         plan = [(cp_file, cp_offset)] + [(f, fmt.FILE_HEADER_SIZE) for f in to_replay]
