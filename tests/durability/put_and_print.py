@@ -1,6 +1,6 @@
 """Helper process: put (and ack some) messages, reporting each after it returned.
 
-Usage: python put_and_print.py <store> <sync> <threads>
+Usage: python put_and_print.py <store> <sync> <threads> [<sync_interval>]
 Lines: "R" once open; "P <id>" after a put returned; "a <id>" before an ack and
 "A <id>" after it returned. With several threads, each thread puts and acks its own
 messages; lines are written whole under a lock.
@@ -20,7 +20,8 @@ def body_for(n: int) -> bytes:
 
 def main() -> None:
     path, sync, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    store = msgcask.open(path, sync=sync, sync_interval=0.05, compaction_interval=None)
+    interval = float(sys.argv[4]) if len(sys.argv) > 4 else 0.05
+    store = msgcask.open(path, sync=sync, sync_interval=interval, compaction_interval=None)
     q = store.queue("q")
     lock = threading.Lock()
 

@@ -5,6 +5,8 @@
   where one fsync may cover several puts: group commit).
 * ``periodic``: a background fsync follows a put without any further call.
 * ``never``: no data-file fsync while putting.
+* However far away the next flush is, the index is committed every 50,000 or so
+  changes, so a replay after kill -9 applies no more records than that.
 
 fsyncs are observed by wrapping ``os.fsync``/``os.fdatasync`` in the child process before
 msgcask is imported (see fsync_probe.py).
@@ -67,6 +69,30 @@ def test_returned_puts_and_acks_survive_kill9(
         assert not resurrected, f"acks that returned were undone: {resurrected[:5]}"
         for m in present.values():
             assert bytes(m.body) == body_for(int(m.headers["n"])), f"damaged body: {m.id}"
+
+
+@pytest.mark.crash
+def test_a_crash_long_after_the_last_flush_replays_at_most_one_commits_worth(
+    store_path: Path, tmp_path: Path
+) -> None:
+    # With the background flush an hour away, the index is committed only when
+    # its open transaction passes about 50,000 changes: what a replay after
+    # kill -9 applies stays bounded however long the flush waits.
+    cmd = [sys.executable, str(HERE / "put_and_print.py"), str(store_path), "never", "1", "3600"]
+    with child_process(cmd, tmp_path / "child.out") as child:
+        # Every third put is followed by a get and an ack: 5 records per 3 puts.
+        child.wait_for(lambda out: out.count(b"\nA ") >= 20_000, "100,000 records", seconds=300)
+        assert child.kill9()
+    lines = [line.split() for line in child.output().decode().split("\n")[:-1]]
+    put = {int(x[1]) for x in lines if x[0] == "P"}
+    ack_started = {int(x[1]) for x in lines if x[0] == "a"}
+    journaled = len(put) + 2 * len({int(x[1]) for x in lines if x[0] == "A"})
+    assert journaled >= 100_000
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert store.recovery.mode == "replay"
+        assert 0 < store.recovery.records <= 50_000, (store.recovery.records, journaled)
+        present = {m.id for m in store.queue("q").browse()}
+    assert not put - ack_started - present
 
 
 def _probe(store_path: Path, sync: str, scenario: str) -> dict[str, Any]:
