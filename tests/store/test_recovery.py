@@ -437,6 +437,27 @@ def test_missing_data_file_forces_a_rebuild(store_path: Path) -> None:
     assert f"the index counted {30 - left} live messages" in store.recovery.reason
 
 
+def test_a_store_whose_data_files_are_all_missing_is_rebuilt_with_a_warning(
+    store_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Not taken for a new store: the index knew files and messages, which are lost.
+    with open_store(store_path, max_file_size=64 * 1024) as store:
+        q = _fill(store, 30)
+        last = max(m.id for m in q.browse())
+    files = sorted(store_path.glob("*.log"))
+    for path in files:
+        path.unlink()
+    with caplog.at_level("WARNING", logger="msgcask"), open_store(store_path) as store:
+        assert (store.recovery.mode, store.recovery.unclean) == ("rebuild", True)
+        assert store.recovery.reason.startswith(f"data files {files[0].name}, ")
+        assert "the index counted 30 live messages" in store.recovery.reason
+        assert store.queues() == []
+        assert store.queue("q").put(b"new") > last + 2**20  # no old id again
+    assert [r.getMessage() for r in caplog.records] == [
+        f"msgcask: rebuilding the index of {store_path} ({store.recovery.reason})"
+    ]
+
+
 def test_every_missing_data_file_is_named_and_counted(store_path: Path) -> None:
     # Two files removed by hand: the reason names both and counts what both held.
     with open_store(store_path, max_file_size=64 * 1024) as store:

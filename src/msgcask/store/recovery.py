@@ -239,6 +239,7 @@ class Recovery:
         self.report = RecoveryReport()
         self.report.corruptions += files.torn
         self.max_msg_id = 0
+        self._lost_files = False  # the index accounts for data files not on disk
         # Each compacted file's MANIFEST, once read: an open that gives up replaying
         # reads them again to rebuild, and a damaged one is reported once.
         self._manifests: dict[int, list[int] | None] = {}
@@ -268,8 +269,11 @@ class Recovery:
         if env is None or catalog is None:
             remove_index(index_path)
             env = IndexEnv(index_path)
-            self.report.mode = "rebuild" if self.files.handles else "new"
-            self.report.unclean = bool(self.files.handles)
+            # No data file and an index that knew none: a new store. An index that
+            # accounted for files now all missing is rebuilt, as with some missing.
+            lost = self._lost_files
+            self.report.mode = "rebuild" if self.files.handles or lost else "new"
+            self.report.unclean = bool(self.files.handles) or lost
             try:
                 catalog = self._rebuild(env)
             except BaseException:
@@ -313,6 +317,9 @@ class Recovery:
             acct.forget(file_id)
         missing = [a for f, a in sorted(acct.files.items()) if f not in on_disk]
         if missing:
+            self._lost_files = True
+            # Their ids are handed out no more, even if no file left records them.
+            self.max_msg_id = env.get_u64(keys.META_NEXT_ID, default=1) - 1
             raise NeedsRebuild(_missing(missing))
         for file_id, account in acct.files.items():
             if on_disk[file_id].size < account.size:
@@ -393,7 +400,7 @@ class Recovery:
     # -- rebuild from every file ------------------------------------------------------
 
     def _rebuild(self, env: IndexEnv) -> Catalog:
-        if self.files.handles:  # a new store has nothing to rebuild and nothing to say
+        if self.report.mode == "rebuild":  # a new store has nothing to say
             log.warning(
                 "msgcask: rebuilding the index of %s (%s)", self.directory, self.report.reason
             )
