@@ -9,6 +9,7 @@ random file sets with hypothesis.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -524,3 +525,33 @@ def test_a_pass_merging_many_small_files_writes_no_file_past_max_file_size(
         keep = store.queue("keep")
         assert len(keep) == 16 and keep.get(block=False).body == body
     assert max(p.stat().st_size for p in path.glob("*.log")) <= SIZE
+
+
+def test_a_bigger_budget_rewrites_more_files_in_a_pass_up_to_a_data_files_worth(
+    tmp_path: Path,
+) -> None:
+    # tuning.md: raising compaction_budget lets one pass rewrite more files, up to
+    # max_file_size; beyond it nothing changes. Six sparse files of up to 13 KB of
+    # live messages each: one data file cannot hold the copies of all six.
+    first = tmp_path / "first"
+    with msgcask.open(first, max_file_size=SIZE, compaction_interval=None) as store:
+        q = store.queue("q")
+        for _ in range(7 * 60):
+            q.put(b"x" * 1000)
+        for i, m in enumerate([q.get(block=False) for _ in range(7 * 60)]):
+            if i % 5:
+                q.ack(m)  # every 5th stays delivered: a fifth of each file is live
+    passes = {}
+    for budget in (16 * KIB, 32 * KIB, SIZE, 4 * SIZE):
+        path = tmp_path / str(budget)
+        shutil.copytree(first, path)
+        settings = {"max_file_size": SIZE, "compaction_interval": None}
+        with msgcask.open(path, **settings, compaction_budget=budget) as store:
+            sparse = [f for f in store.stats().files if f.live_bytes < f.size / 4 and not f.active]
+            assert len(sparse) == 6
+            report = store.compact()
+        passes[budget] = (report.files_rewritten, report.bytes_copied)
+    rewritten = [passes[b][0] for b in (16 * KIB, 32 * KIB, SIZE)]
+    assert rewritten == sorted(rewritten) and rewritten[0] < rewritten[-1] < 6, passes
+    assert passes[4 * SIZE] == passes[SIZE]  # past max_file_size the cap binds
+    assert max(copied for _, copied in passes.values()) <= SIZE
