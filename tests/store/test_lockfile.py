@@ -83,6 +83,54 @@ def test_lock_in_another_process_is_refused_naming_its_pid(
         StoreLock(lock_path)
 
 
+# A parent that takes the lock, forks a child that holds it until its stdin closes,
+# and exits without releasing it: the child keeps the lock, LOCK names the parent.
+FORKING_HOLDER = """
+import os, sys
+from msgcask.store.lockfile import StoreLock
+lock = StoreLock(sys.argv[1])
+if os.fork() == 0:
+    print(os.getpid(), flush=True)
+    sys.stdin.read()
+    os._exit(0)
+os._exit(0)
+"""
+
+
+def test_a_lock_left_to_a_forked_child_is_not_said_to_be_held_by_the_parent(
+    lock_path: str,
+) -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", FORKING_HOLDER, lock_path],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert parent.stdin is not None and parent.stdout is not None
+    try:
+        assert parent.stdout.readline().strip().isdigit()  # the child holds the lock
+        assert parent.wait(30) == 0
+        assert Path(lock_path).read_text().strip() == str(parent.pid)
+        with pytest.raises(msgcask.StoreLockedError) as refused:
+            StoreLock(lock_path)
+        assert str(refused.value) == (
+            f"{os.path.dirname(lock_path)} is open in another process: its LOCK names pid "
+            f"{parent.pid}, which has exited, so a process it forked holds the lock until "
+            "that one exits; close it there first, or inspect it read-only with `msgcask check`"
+        )
+        assert lock_holder(lock_path) == "another process"
+    finally:
+        parent.stdin.close()  # the child's stdin too: it exits
+    deadline = time.monotonic() + 30
+    while True:  # the child is not ours to wait for: the lock says when it is gone
+        try:
+            StoreLock(lock_path).release()
+            break
+        except msgcask.StoreLockedError:
+            assert time.monotonic() < deadline, "the forked child never gave the lock up"
+            time.sleep(0.01)
+
+
 def test_lock_is_free_again_after_the_other_process_exits(
     lock_path: str, other_process: subprocess.Popen[str]
 ) -> None:

@@ -29,13 +29,18 @@ class StoreLock:
         self.created = not os.path.exists(path)  # by this open (a failed open removes it)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         if not self._try_lock():
-            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            written = os.pread(self.fd, 64, 0)
             os.close(self.fd)
-            where = (
-                f"already open in this process (pid {holder}) or in a child forked from it"
-                if holder == str(os.getpid())
-                else f"open in another process (pid {holder}) or elsewhere in this one"
-            )
+            holder = written.decode(errors="replace").strip() or "unknown"
+            if holder == str(os.getpid()):
+                where = f"already open in this process (pid {holder}) or in a child forked from it"
+            elif _exited(holder):  # a parent that exited, leaving the lock to a child
+                where = (
+                    f"open in another process: its LOCK names pid {holder}, which has exited, "
+                    "so a process it forked holds the lock until that one exits"
+                )
+            else:
+                where = f"open in another process (pid {holder}) or elsewhere in this one"
             raise StoreLockedError(
                 f"{os.path.dirname(path)} is {where}; close it there first, or inspect it "
                 "read-only with `msgcask check`"
@@ -100,6 +105,19 @@ def lock_holder(path: str) -> str | None:
         return None
     finally:
         os.close(fd)
+
+
+def _exited(pid: str) -> bool:
+    """Whether ``pid`` is a valid pid that names no process now."""
+    if not (pid.isascii() and pid.isdigit()) or not 0 < int(pid) <= MAX_PID:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
 
 
 def _holder_named_in(text: bytes) -> str:
