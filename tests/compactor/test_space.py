@@ -259,6 +259,37 @@ def test_dead_data_never_makes_a_limited_store_refuse_a_put(
         assert store.verify() == []
 
 
+def test_a_bigger_cap_means_fewer_foreground_passes_and_a_later_store_full(
+    tmp_path: Path,
+) -> None:
+    # tuning.md: raising max_store_size leaves more room before space pressure, so
+    # fewer puts run a compaction pass, and StoreFullError comes later. Forty rounds
+    # of one message pinned at priority 0 and sixty put and consumed, then pinned
+    # messages until the store is full. No flush runs (it would delete emptied
+    # files on its own clock): every pass is one a put ran for space.
+    seen = {}
+    for files in (4, 8, 16):
+        path = tmp_path / str(files)
+        with _open(path, max_store_size=files * MFS, sync_interval=3600) as store:
+            pinned, q = store.queue("pinned"), store.queue("q")
+            for _ in range(40):
+                pinned.put(b"p" * 1100)
+                for _ in range(60):
+                    q.put(b"x" * 1000)
+                for _ in range(60):
+                    q.ack(q.get(block=False))
+            passes = store.stats().compaction.passes
+            taken = 0
+            with pytest.raises(msgcask.StoreFullError):
+                while True:
+                    pinned.put(b"p" * 1000)
+                    taken += 1
+        seen[files] = (passes, taken)
+    passes, taken = zip(*(seen[files] for files in (4, 8, 16)), strict=True)
+    assert passes[0] > passes[1] > passes[2] > 0, seen
+    assert taken[0] < taken[1] < taken[2], seen
+
+
 def test_store_full_of_live_data_does_not_recopy_it_on_every_put(tmp_path: Path) -> None:
     # Near the limit with nothing dead, a space-pressure pass can free nothing: copying
     # whole live files again on every put is pure write amplification.
