@@ -555,3 +555,36 @@ def test_a_bigger_budget_rewrites_more_files_in_a_pass_up_to_a_data_files_worth(
     assert rewritten == sorted(rewritten) and rewritten[0] < rewritten[-1] < 6, passes
     assert passes[4 * SIZE] == passes[SIZE]  # past max_file_size the cap binds
     assert max(copied for _, copied in passes.values()) <= SIZE
+
+
+def test_a_higher_threshold_leaves_less_disk_and_copies_more(tmp_path: Path) -> None:
+    # tuning.md: raising compaction_threshold lowers disk use for the same live data
+    # and copies more. Eight sealed files a tenth to a half live, each
+    # store compacted until a pass does nothing.
+    first = tmp_path / "first"
+    with msgcask.open(first, max_file_size=SIZE, compaction_interval=None) as store:
+        q = store.queue("q")
+        for keep_every in (10, 3, 2, 10, 3, 2, 4, 5):
+            head = store._journal.head_id
+            n = 0
+            while store._journal.head_id == head:
+                q.put(b"x" * 1000)
+                n += 1
+            for i, m in enumerate([q.get(block=False) for _ in range(n)]):
+                if i % keep_every:
+                    q.ack(m)  # every keep_every-th stays delivered and unacked
+    seen = {}
+    for threshold in (0.2, 0.4, 0.7):
+        path = tmp_path / str(threshold)
+        shutil.copytree(first, path)
+        settings = {"max_file_size": SIZE, "compaction_interval": None}
+        with msgcask.open(path, **settings, compaction_threshold=threshold) as store:
+            live = store.stats().live_bytes
+            while store.compact().files_rewritten:
+                pass
+            st = store.stats()
+            assert st.live_bytes == live
+            seen[threshold] = (st.data_bytes, st.compaction.bytes_copied)
+    disk, copied = zip(*seen.values(), strict=True)
+    assert disk[0] > disk[1] > disk[2], seen
+    assert copied[0] < copied[1] < copied[2], seen
