@@ -384,6 +384,28 @@ def test_too_many_open_files_says_which_limit_to_raise(store_path: Path) -> None
         assert [m.id for m in reopened.queue("q").browse()][1:] == ids
 
 
+def test_an_open_past_the_open_files_limit_says_which_limit_to_raise_and_changes_nothing(
+    store_path: Path,
+) -> None:
+    # The other half of tuning.md's promise: an open that cannot keep every data
+    # file open is refused the same way, and leaves the store as it was.
+    with quiet_store(store_path, max_file_size=64 * 1024) as store:
+        q = store.queue("q")
+        ids = [q.put(b"x" * 1000) for _ in range(1000)]  # 16 data files
+    before = {p.name: p.read_bytes() for p in store_path.glob("*.log")}
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+    try:
+        with pytest.raises(msgcask.Error, match=r"Too many open files.*ulimit -n"):
+            quiet_store(store_path, max_file_size=64 * 1024)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert {p.name: p.read_bytes() for p in store_path.glob("*.log")} == before
+    with quiet_store(store_path, max_file_size=64 * 1024) as reopened:
+        assert reopened.recovery.mode == "clean"
+        assert [m.id for m in reopened.queue("q").browse()] == ids
+
+
 def test_a_get_blocked_on_a_queue_being_deleted_hears_of_the_failure(
     store_path: Path, fail_commits: FailCommits
 ) -> None:
