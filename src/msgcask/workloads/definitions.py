@@ -9,12 +9,13 @@ get that had to wait for a producer measures the producer, not the store.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -419,6 +420,20 @@ def run_selector_skip(ctx: Context) -> None:
     produce_and_consume(ctx, "main", 0, n, n - skipped, skip_headers(period), selector)
 
 
+@contextlib.contextmanager
+def _stop_and_wake_on_failure(ctx: Context, peer: threading.Semaphore) -> Iterator[None]:
+    """If the block fails, stop the run and release ``peer``, which the other
+    thread may be waiting on."""
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        if not ok:
+            ctx.stop.set()
+            peer.release()
+
+
 def run_priority_pin(ctx: Context) -> None:
     """Per round: 1 low-priority message, then about one data file of high-priority ones;
     the consumer takes as many as there were high ones, so every low one stays."""
@@ -433,8 +448,8 @@ def run_priority_pin(ctx: Context) -> None:
     ready, taken = threading.Semaphore(0), threading.Semaphore(1)
 
     def producer() -> None:
-        ok = False
-        try:
+        # On failure, wake the consumer waiting on a round that never comes.
+        with _stop_and_wake_on_failure(ctx, ready):
             for r in rounds:
                 taken.acquire()
                 if ctx.stop.is_set():
@@ -443,21 +458,11 @@ def run_priority_pin(ctx: Context) -> None:
                 produce(ctx, put_log, r.high, priority=HIGH)
                 put.append(r)
                 ready.release()
-            ok = True
-        finally:
-            if not ok:
-                ctx.stop.set()
-                ready.release()  # wake the consumer waiting on a round that never comes
 
     def consumer() -> None:
-        ok = False
-        try:
+        # On failure, wake the producer waiting for a round to be taken.
+        with _stop_and_wake_on_failure(ctx, taken):
             take_rounds()
-            ok = True
-        finally:
-            if not ok:
-                ctx.stop.set()
-                taken.release()  # wake the producer waiting for a round to be taken
 
     def take_rounds() -> None:
         for r, this in enumerate(rounds):
