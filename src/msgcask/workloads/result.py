@@ -135,6 +135,17 @@ def space_bound_check(
     }
 
 
+# Each ratio and where a run's summary holds its two sides.
+_RATIOS: dict[str, tuple[str, ...]] = {
+    "put_throughput": ("throughput", "put_per_s"),
+    "get_ack_throughput": ("throughput", "get_ack_per_s"),
+    "put_p99": ("latency", "put", "p99"),
+    # A run stopped early stored less: its disk says nothing of the workload's.
+    "max_disk": ("space", "max_disk_bytes"),
+    "final_disk": ("space", "final_disk_bytes"),
+}
+
+
 def ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """msgcask (compaction on, else the first msgcask run) over every other run.
 
@@ -155,29 +166,19 @@ def ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "base": base["label"],
                 "other": other["label"],
                 "comparable": comparable,
-                "put_throughput": _div(
-                    base["throughput"]["put_per_s"], other["throughput"]["put_per_s"], comparable
-                ),
-                "get_ack_throughput": _div(
-                    base["throughput"]["get_ack_per_s"],
-                    other["throughput"]["get_ack_per_s"],
-                    comparable,
-                ),
-                "put_p99": _div(
-                    base["latency"]["put"]["p99"], other["latency"]["put"]["p99"], comparable
-                ),
-                # A run stopped early stored less: its disk says nothing of the workload's.
-                "max_disk": _div(
-                    base["space"]["max_disk_bytes"], other["space"]["max_disk_bytes"], comparable
-                ),
-                "final_disk": _div(
-                    base["space"]["final_disk_bytes"],
-                    other["space"]["final_disk_bytes"],
-                    comparable,
-                ),
+                **{
+                    name: _div(_at(base, path), _at(other, path), comparable)
+                    for name, path in _RATIOS.items()
+                },
             }
         )
     return out
+
+
+def _at(run: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        run = run[key]
+    return run
 
 
 def _div(a: float | None, b: float | None, ok: bool) -> float | None:
