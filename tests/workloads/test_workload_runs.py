@@ -22,7 +22,7 @@ from msgcask.store import codec
 from msgcask.store.format import FILE_HEADER_SIZE
 from msgcask.workloads import definitions
 from msgcask.workloads.batches import largest_batch, put_calls, put_ranges
-from msgcask.workloads.config import BENCH_QUEUE, MiB, RunConfig
+from msgcask.workloads.config import BENCH_QUEUE, WORKLOAD_NAMES, MiB, RunConfig
 from msgcask.workloads.payload import Payloads, index_of
 from msgcask.workloads.report import summary
 from msgcask.workloads.result import validate
@@ -58,18 +58,7 @@ def _expected_counts(workload: str) -> dict[str, int]:
     return {"put": n, "acked": n}
 
 
-@pytest.mark.parametrize(
-    "workload",
-    [
-        "steady",
-        "dlq-heavy",
-        "priority-pin",
-        "slow-consumer",
-        "selector-skip",
-        "drain-history",
-        "deep-queue",
-    ],
-)
+@pytest.mark.parametrize("workload", WORKLOAD_NAMES)
 def test_workload_runs_and_counts_add_up(run_tiny: Run, workload: str) -> None:
     _doc, path = run_tiny(workload, peers=[])
     with open(path) as f:
