@@ -77,12 +77,17 @@ def _fill_sparse_files(
         else:
             q.ack(m)
     # Roll the head so the files holding those messages are sealed victims.
+    _seal_head(store)
+    return kept
+
+
+def _seal_head(store: msgcask.Store) -> None:
+    """Put and ack about a file's worth of filler, so the head rolls over."""
     filler = store.queue("filler")
     for i in range(70):
         filler.put(_body(i))
     for _ in range(70):
         filler.ack(filler.get(block=False))
-    return kept
 
 
 def _live_ids(store: msgcask.Store) -> dict[int, msgcask.Message]:
@@ -97,6 +102,21 @@ def _reopen_both_ways(path: Path, tmp_path: Path) -> list[msgcask.Store]:
     return [_open(path), _open(copy)]
 
 
+def _assert_reopened(
+    path: Path,
+    tmp_path: Path,
+    live: set[int],
+    check: Callable[[msgcask.Store], object] = lambda s: None,
+) -> None:
+    """Reopened with its index and rebuilt, the store holds exactly ``live`` (then
+    passes ``check``) and verifies."""
+    for s in _reopen_both_ways(path, tmp_path):
+        with s:
+            assert set(_live_ids(s)) == live, s.recovery.mode
+            check(s)
+            assert s.verify() == []
+
+
 def _deliver(store: msgcask.Store, name: str, msg_id: int) -> msgcask.Message:
     """Get exactly ``msg_id`` (a selector on its header), delivering nothing else."""
     q = store.queue(name)
@@ -106,23 +126,30 @@ def _deliver(store: msgcask.Store, name: str, msg_id: int) -> msgcask.Message:
     return m
 
 
+def _ack_during_the_copy(
+    store: msgcask.Store, fs: HookedFS, ids: list[int]
+) -> msgcask.CompactionReport:
+    """Deliver ``ids``, then compact, acking them while the copy is written."""
+    q = store.queue("q")
+    delivered = [_deliver(store, "q", i) for i in ids]
+
+    def ack_all() -> None:
+        for m in delivered:
+            q.ack(m)
+
+    fs.hook = ack_all
+    report = store.compact()
+    assert fs.fired == 1, "the hook never ran: no compacted output was written"
+    return report
+
+
 def test_message_acked_while_its_copy_is_written_stays_acked(tmp_path: Path) -> None:
     path = tmp_path / "store"
     fs = HookedFS()
     store = _open(path, fs)
     kept = _fill_sparse_files(store)
-    q = store.queue("q")
     victim_ids = kept[:3]
-    delivered = [_deliver(store, "q", i) for i in victim_ids]
-
-    def ack_all() -> None:  # runs while the copies are being written
-        for m in delivered:
-            q.ack(m)
-
-    fs.hook = ack_all
-
-    report = store.compact()
-    assert fs.fired == 1, "the hook never ran: no compacted output was written"
+    report = _ack_during_the_copy(store, fs, victim_ids)
     assert report.files_rewritten >= 1
     for i in victim_ids:
         assert store._message_state(i) == "acked", f"message {i}: the copy undid the ack"
@@ -144,11 +171,7 @@ def test_message_acked_while_its_copy_is_written_stays_acked(tmp_path: Path) -> 
             f"ACK of {i} is not kept for its copy in {compacted[0].file_id}: {kept_by_head}"
         )
     store.close()
-
-    for s in _reopen_both_ways(path, tmp_path):
-        with s:
-            assert set(_live_ids(s)) == set(kept) - set(victim_ids), s.recovery.mode
-            assert s.verify() == []
+    _assert_reopened(path, tmp_path, set(kept) - set(victim_ids))
 
 
 def test_ack_of_a_dead_copy_is_carried_when_its_own_file_is_compacted(tmp_path: Path) -> None:
@@ -159,23 +182,10 @@ def test_ack_of_a_dead_copy_is_carried_when_its_own_file_is_compacted(tmp_path: 
     fs = HookedFS()
     store = _open(path, fs)
     kept = _fill_sparse_files(store)
-    q = store.queue("q")
     acked_ids = kept[:2]
-    delivered = [_deliver(store, "q", i) for i in acked_ids]
-
-    def ack_all() -> None:  # runs while the copies are being written
-        for m in delivered:
-            q.ack(m)
-
-    fs.hook = ack_all
-    store.compact()
-    assert fs.fired == 1
+    _ack_during_the_copy(store, fs, acked_ids)
     # Seal the head that holds the ACKs, then compact everything with dead bytes.
-    filler = store.queue("filler")
-    for i in range(70):
-        filler.put(_body(i))
-    for _ in range(70):
-        filler.ack(filler.get(block=False))
+    _seal_head(store)
     for _ in range(3):
         store.compact(threshold=1.0)
     assert store.verify() == []
@@ -183,11 +193,7 @@ def test_ack_of_a_dead_copy_is_carried_when_its_own_file_is_compacted(tmp_path: 
         # "unknown" once the dead copy itself is gone and the ACK with it.
         assert store._message_state(i) in ("acked", "unknown")
     store.close()
-
-    for s in _reopen_both_ways(path, tmp_path):
-        with s:
-            assert set(_live_ids(s)) == set(kept) - set(acked_ids), s.recovery.mode
-            assert s.verify() == []
+    _assert_reopened(path, tmp_path, set(kept) - set(acked_ids))
 
 
 def test_redelivery_during_the_copy_keeps_the_new_delivery_count(tmp_path: Path) -> None:
@@ -214,16 +220,13 @@ def test_redelivery_during_the_copy_keeps_the_new_delivery_count(tmp_path: Path)
     assert store.verify() == []
     store.close()
 
-    for s in _reopen_both_ways(path, tmp_path):
-        with s:
-            live = _live_ids(s)
-            assert set(live) == set(kept), s.recovery.mode
-            assert live[target].deliveries == 3, (
-                f"{s.recovery.mode}: delivery count {live[target].deliveries}, want 3"
-            )
-            # And it comes back as a redelivery, counted on from there.
-            assert _deliver(s, "q", target).deliveries == 4
-            assert s.verify() == []
+    def counted_on(s: msgcask.Store) -> None:
+        deliveries = _live_ids(s)[target].deliveries
+        assert deliveries == 3, f"{s.recovery.mode}: delivery count {deliveries}, want 3"
+        # And it comes back as a redelivery, counted on from there.
+        assert _deliver(s, "q", target).deliveries == 4
+
+    _assert_reopened(path, tmp_path, set(kept), counted_on)
 
 
 def test_dead_lettering_during_the_copy_moves_the_message_once(tmp_path: Path) -> None:
@@ -244,13 +247,8 @@ def test_dead_lettering_during_the_copy_moves_the_message_once(tmp_path: Path) -
     assert dlq[0].body == m.body
     assert store.verify() == []
     store.close()
-
-    for s in _reopen_both_ways(path, tmp_path):
-        with s:
-            live = _live_ids(s)
-            assert target not in live, f"{s.recovery.mode}: dead-lettered original is back"
-            assert set(live) == (set(kept) - {target}) | {dlq[0].id}
-            assert s.verify() == []
+    # Without the dead-lettered original, which must not come back.
+    _assert_reopened(path, tmp_path, (set(kept) - {target}) | {dlq[0].id})
 
 
 def test_acks_racing_real_compactions_are_never_undone(
@@ -303,10 +301,7 @@ def test_acks_racing_real_compactions_are_never_undone(
     assert set(_live_ids(store)) == keep
     assert store.verify() == []
     store.close()
-    for s in _reopen_both_ways(path, tmp_path):
-        with s:
-            assert set(_live_ids(s)) == keep, s.recovery.mode
-            assert s.verify() == []
+    _assert_reopened(path, tmp_path, keep)
 
 
 def test_purge_during_the_copy_leaves_every_copy_dead(tmp_path: Path) -> None:
@@ -323,10 +318,7 @@ def test_purge_during_the_copy_leaves_every_copy_dead(tmp_path: Path) -> None:
     assert _live_ids(store) == {}
     assert store.verify() == []
     store.close()
-    for s in _reopen_both_ways(path, tmp_path):
-        with s:
-            assert _live_ids(s) == {}, f"{s.recovery.mode}: purged messages are back"
-            assert s.verify() == []
+    _assert_reopened(path, tmp_path, set())  # no purged message back
 
 
 def test_queue_deleted_during_the_copy_stays_deleted(tmp_path: Path) -> None:
@@ -344,11 +336,11 @@ def test_queue_deleted_during_the_copy_stays_deleted(tmp_path: Path) -> None:
     assert set(_live_ids(store)) == {survivor}
     assert store.verify() == []
     store.close()
-    for s in _reopen_both_ways(path, tmp_path):
-        with s:
-            assert set(_live_ids(s)) == {survivor}, s.recovery.mode
-            assert "q" not in s.queues()
-            assert s.verify() == []
+
+    def still_deleted(s: msgcask.Store) -> None:
+        assert "q" not in s.queues()
+
+    _assert_reopened(path, tmp_path, {survivor}, still_deleted)
 
 
 def test_transaction_acking_and_putting_during_the_copy_is_all_kept(tmp_path: Path) -> None:
@@ -371,7 +363,4 @@ def test_transaction_acking_and_putting_during_the_copy_is_all_kept(tmp_path: Pa
     assert set(_live_ids(store)) == expected
     assert store.verify() == []
     store.close()
-    for s in _reopen_both_ways(path, tmp_path):
-        with s:
-            assert set(_live_ids(s)) == expected, s.recovery.mode
-            assert s.verify() == []
+    _assert_reopened(path, tmp_path, expected)
