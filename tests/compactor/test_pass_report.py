@@ -443,6 +443,18 @@ def _empty_file(
         held.remove(m)
 
 
+def _held_and_emptied(
+    store: msgcask.Store, *file_ids: int
+) -> tuple[msgcask.Queue, list[msgcask.Message]]:
+    """``_two_sealed_files`` with every message delivered and held, then the
+    files ``file_ids`` emptied (``_empty_file``); the queue and what it holds."""
+    q = _two_sealed_files(store)
+    held = list(each_available(q))
+    for file_id in file_ids:
+        _empty_file(store, q, held, file_id)
+    return q, held
+
+
 def _deletion_failures_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.message for r in caplog.records if "deleting emptied data files failed" in r.message]
 
@@ -457,9 +469,7 @@ def test_deletions_between_passes_kept_back_by_a_stuck_retired_file_log_why(
     path = tmp_path / "s"
     fs, store = _stuck_store(path)
     with store:
-        q = _two_sealed_files(store)
-        held = list(each_available(q))
-        _empty_file(store, q, held, 1)
+        q, held = _held_and_emptied(store, 1)
         fs.stuck.add(str(path / data_file_name(1)))
         with pytest.raises(msgcask.Error, match="deleting data files"):
             store.compact()  # told to its caller, not logged
@@ -528,10 +538,7 @@ def test_deletions_between_passes_count_the_files_gone_before_one_fails(tmp_path
     path = tmp_path / "s"
     fs, store = _stuck_store(path)
     with store:
-        q = _two_sealed_files(store)
-        held = list(each_available(q))
-        _empty_file(store, q, held, 1)
-        _empty_file(store, q, held, 2)
+        _held_and_emptied(store, 1, 2)
         fs.stuck.add(str(path / data_file_name(2)))
         before = _on_disk(path)
         assert store._compactor.reclaim_emptied() == 1  # file 1, before file 2 failed
@@ -549,10 +556,7 @@ def test_a_failed_deletion_says_which_step_failed_why_and_the_fix(
     path = tmp_path / "s"
     fs, store = _stuck_store(path)
     with store:
-        q = _two_sealed_files(store)
-        held = list(each_available(q))
-        _empty_file(store, q, held, 1)
-        _empty_file(store, q, held, 2)
+        _held_and_emptied(store, 1, 2)
         if fault != "directory-fsync":
             fs.stuck.add(str(path / data_file_name(2)))
         fs.dir_fails = fault != "unlink"
