@@ -239,20 +239,33 @@ def crash_loop(
     return total_lines, in_compaction
 
 
+KillLoop = Callable[[str, int, str], tuple[int, int]]
+
+
+@pytest.fixture
+def kill_loop(
+    store_path: Path,
+    verify: Verify,
+    unexpected_entries: Callable[[Path], list[str]],
+    data_files: Callable[[Path], list[Path]],
+) -> KillLoop:
+    """``crash_loop(sync, iterations, workload)`` on ``store_path``, 64 KiB data files."""
+
+    def run(sync: str, iterations: int, workload: str) -> tuple[int, int]:
+        return crash_loop(
+            store_path, sync, iterations, workload, 65536, verify, unexpected_entries, data_files
+        )
+
+    return run
+
+
 @pytest.mark.crash
 @pytest.mark.slow
 @pytest.mark.parametrize("sync", ["always", "periodic", "never"])
 def test_kill9_loses_no_returned_put_and_undoes_no_returned_ack(
-    store_path: Path,
-    sync: str,
-    scaled: Callable[[int], int],
-    verify: Verify,
-    unexpected_entries: Callable[[Path], list[str]],
-    data_files: Callable[[Path], list[Path]],
+    kill_loop: KillLoop, sync: str, scaled: Callable[[int], int]
 ) -> None:
-    lines, _ = crash_loop(
-        store_path, sync, scaled(6), "mixed", 65536, verify, unexpected_entries, data_files
-    )
+    lines, _ = kill_loop(sync, scaled(6), "mixed")
     # The writer really worked before being killed (otherwise nothing was tested).
     assert lines > 10
 
@@ -260,15 +273,13 @@ def test_kill9_loses_no_returned_put_and_undoes_no_returned_ack(
 @pytest.mark.crash
 @pytest.mark.slow
 def test_kill9_during_compaction_leaves_a_consistent_store(
+    kill_loop: KillLoop,
     store_path: Path,
     scaled: Callable[[int], int],
     verify: Verify,
     unexpected_entries: Callable[[Path], list[str]],
-    data_files: Callable[[Path], list[Path]],
 ) -> None:
-    lines, in_compaction = crash_loop(
-        store_path, "periodic", scaled(4), "compact", 65536, verify, unexpected_entries, data_files
-    )
+    lines, in_compaction = kill_loop("periodic", scaled(4), "compact")
     assert lines > 10
     print(f"{in_compaction} kills landed inside compact()")
     # The store still compacts cleanly after all those interrupted passes.
@@ -281,14 +292,8 @@ def test_kill9_during_compaction_leaves_a_consistent_store(
 @pytest.mark.crash
 @pytest.mark.slow
 def test_kill9_while_background_compaction_runs_beside_the_writer(
-    store_path: Path,
-    scaled: Callable[[int], int],
-    verify: Verify,
-    unexpected_entries: Callable[[Path], list[str]],
-    data_files: Callable[[Path], list[Path]],
+    kill_loop: KillLoop, scaled: Callable[[int], int]
 ) -> None:
     # The scheduler's passes race with puts and acks (compare-and-swap territory).
-    lines, _ = crash_loop(
-        store_path, "never", scaled(4), "background", 65536, verify, unexpected_entries, data_files
-    )
+    lines, _ = kill_loop("never", scaled(4), "background")
     assert lines > 10
