@@ -41,9 +41,11 @@ def open_store(path: Path, fs: FaultyFileSystem, **kw: Any) -> msgcask.Store:
     return msgcask.Store(path, _fs=fs, **kw)
 
 
-def power_cut(store: msgcask.Store, fs: FaultyFileSystem, index: str) -> list[str]:
+def power_cut(
+    store: msgcask.Store, fs: FaultyFileSystem, index: str, *, torn: int = 0
+) -> list[str]:
     abandon(store)
-    changed = fs.power_cut()
+    changed = fs.power_cut(torn=torn)
     if index == "index lost":
         shutil.rmtree(Path(store.path) / "index")
     return changed
@@ -265,10 +267,7 @@ def test_power_cut_tearing_a_transaction_keeps_none_of_it(
         tx.ack(m)
     [head] = sorted(store_path.glob("*.log"))
     whole = torn >= written_size(head) - fs.synced[str(head)]  # all of the batch got there
-    abandon(store)
-    fs.power_cut(torn=torn)
-    if index == "index lost":
-        shutil.rmtree(store_path / "index")
+    power_cut(store, fs, index, torn=torn)
     with reopen(store_path) as store:
         if whole:
             assert live_ids(store) == (set(before) - {m.id}) | set(tx_ids)
@@ -285,8 +284,7 @@ def test_power_cut_tearing_a_put_drops_only_that_put(store_path: Path, torn: int
     store.sync()
     q.put(body(99))
     size = codec.put_record_size(b"q", b"", len(body(99)))  # 237: only torn=250 keeps it
-    abandon(store)
-    fs.power_cut(torn=torn)
+    power_cut(store, fs, "index kept", torn=torn)
     with reopen(store_path) as store:
         survivors = sorted(live_ids(store))
         assert survivors[: len(synced)] == synced
