@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from xxhash import xxh3_64_intdigest
 
 import msgcask
+from abandon import abandon
 from disk_files import index_table
 from msgcask.check import scan_files
 from msgcask.index import keys
@@ -64,23 +65,6 @@ def record_offsets(records: list[bytes]) -> list[int]:
 
 def browse(store: msgcask.Store, queue: str = "q") -> list[tuple[int, bytes]]:
     return [(m.id, bytes(m.body)) for m in store.queue(queue).browse()]
-
-
-def abandon(store: msgcask.Store) -> None:
-    """Stop ``store`` the way kill -9 would: no sync, no index commit, no clean flag.
-
-    Everything appended is in the files (the OS has it); index changes since the last
-    commit are lost with the aborted transaction.
-    """
-    store._scheduler.shutdown()
-    store._stop.set()
-    store._flusher.join()
-    with store._lock:
-        store._closed = True
-        store._env.close()
-        for handle in store._handles.values():
-            handle.close()
-        store._lock_file.release()
 
 
 def set_meta(store_path: Path, values: dict[bytes, bytes]) -> None:
