@@ -18,3 +18,11 @@ def each_available(
             yield queue.get(block=False, selector=selector)
         except msgcask.Empty:
             return
+
+
+def churn(queue: msgcask.Queue, count: int, body: bytes) -> None:
+    """Put ``count`` messages of ``body``, each consumed at once: dead bytes that
+    fill the write head (to seal it, or make a file sparse)."""
+    for _ in range(count):
+        queue.put(body)
+        queue.ack(queue.get(block=False))

@@ -10,6 +10,7 @@ import pytest
 from test_damaged_victims import MFS, _flip_byte_of
 
 import msgcask
+from draining import churn
 from msgcask.index.catalog import Catalog
 
 
@@ -39,9 +40,7 @@ def test_acked_messages_do_not_resurrect_from_a_victim_kept_after_its_swap(
             if i % 10:
                 q.ack(m)  # V keeps 4 messages live (delivered)
         filler = store.queue("f")
-        for _ in range(70):
-            filler.put(b"f" * 1000)
-            filler.ack(filler.get(block=False))
+        churn(filler, 70, b"f" * 1000)
         files = [f.file_id for f in store.stats().files if not f.active]
         assert files[:2] == [1, 2]
         assert {p for _, p in store.why_kept(2).needed_acks} == {1}
@@ -56,9 +55,7 @@ def test_acked_messages_do_not_resurrect_from_a_victim_kept_after_its_swap(
             if m.id in relocated:
                 q.ack(m)
         filler = store.queue("f")
-        for _ in range(140):  # seal the file holding those ACKs
-            filler.put(b"f" * 1000)
-            filler.ack(filler.get(block=False))
+        churn(filler, 140, b"f" * 1000)  # seal the file holding those ACKs
         # Threshold 0.01: only whole-file deletions, which take the copy and the ACKs.
         for _ in range(3):
             store.compact(threshold=0.01)
@@ -89,6 +86,15 @@ def _ids(store: msgcask.Store) -> set[int]:
 def _roll(store: msgcask.Store) -> None:
     with store._lock:
         store._roll_over()
+
+
+def _compact_missing_needed_acks(
+    store: msgcask.Store, monkeypatch: pytest.MonkeyPatch, **kw: float
+) -> None:
+    """A pass whose classification misses every needed ACK (the guard's case)."""
+    monkeypatch.setattr(Catalog, "needed_ack", lambda *args: None)
+    store.compact(**kw)
+    monkeypatch.undo()
 
 
 def _half_taken_then_filler(
@@ -125,18 +131,14 @@ def test_a_victim_still_holding_needed_acks_after_its_swap_is_not_deleted(
                 filler.ack(m)
         for m in acked:
             q.ack(m)
-        for _ in range(50):  # seal B
-            filler.put(b"f" * 1000)
-            filler.ack(filler.get(block=False))
+        churn(filler, 50, b"f" * 1000)  # seal B
         a, b = (f.file_id for f in store.stats().files[:2])
         assert {p for _, p in store.why_kept(b).needed_acks} == {a}
         assert store.why_kept(b).live_messages == [("f", b_ids[-1])]
         expected = _ids(store)
         assert expected == (set(a_ids) - acked) | {b_ids[-1]}
 
-        monkeypatch.setattr(Catalog, "needed_ack", lambda *args: None)
-        store.compact()
-        monkeypatch.undo()
+        _compact_missing_needed_acks(store, monkeypatch)
         files = {f.file_id for f in store.stats().files}
         assert {a, b} <= files, "a victim holding needed ACKs was deleted"
         assert _ids(store) == expected
@@ -166,14 +168,10 @@ def test_a_victim_kept_by_the_guard_keeps_the_acks_of_its_consumed_messages(
             filler.ack(m)  # in C: ACKs of B's messages
         b = store.stats().files[1].file_id
 
-        monkeypatch.setattr(Catalog, "needed_ack", lambda *args: None)
-        store.compact(threshold=0.3)
-        monkeypatch.undo()
+        _compact_missing_needed_acks(store, monkeypatch, threshold=0.3)
         assert b in {f.file_id for f in store.stats().files}, "the guard did not keep B"
         assert store.verify() == []
-        for _ in range(60):  # seal C
-            filler.put(b"g" * 1000)
-            filler.ack(filler.get(block=False))
+        churn(filler, 60, b"g" * 1000)  # seal C
         store.compact(threshold=0.01)
         assert store.verify() == []
         expected = _ids(store)
@@ -197,16 +195,12 @@ def test_a_kept_victim_keeps_its_live_messages_where_they_are(
             filler.ack(m)
         for m_id in acked:
             q.ack(m_id)  # in B: needed ACKs of A's messages
-        for _ in range(50):  # seal B
-            filler.put(b"f" * 1000)
-            filler.ack(filler.get(block=False))
+        churn(filler, 50, b"f" * 1000)  # seal B
         a, b = (f.file_id for f in store.stats().files[:2])
         survivor = got[-1]
         assert survivor.id == b_ids[-1]
 
-        monkeypatch.setattr(Catalog, "needed_ack", lambda *args: None)
-        store.compact()
-        monkeypatch.undo()
+        _compact_missing_needed_acks(store, monkeypatch)
         files = {f.file_id: f.kind for f in store.stats().files}
         assert {a, b} <= set(files), "the guard did not keep the victims"
         assert "compacted" not in files.values(), "the guard left its copy"
@@ -215,9 +209,7 @@ def test_a_kept_victim_keeps_its_live_messages_where_they_are(
 
         _roll(store)  # a fresh head: B counts no ACKs in it
         filler.ack(survivor)  # its ACK is in the head
-        for _ in range(140):  # seal the file holding that ACK
-            filler.put(b"g" * 1000)
-            filler.ack(filler.get(block=False))
+        churn(filler, 140, b"g" * 1000)  # seal the file holding that ACK
         for _ in range(3):
             store.compact(threshold=0.01)  # whole-file deletions only
         assert store.verify() == []
@@ -250,15 +242,11 @@ def test_a_victim_the_guard_keeps_is_not_emptied_for_a_deletion_to_take(
         for m in acked:
             q.ack(m)  # in B: needed ACKs of A's messages
         f.put(b"b-live" * 100)  # B keeps one live message
-        for _ in range(30):
-            f.put(b"b" * 1000)
-            f.ack(f.get(block=False))
+        churn(f, 30, b"b" * 1000)
         _roll(store)  # B
         f.put(b"c" * 1000)  # C's live message
         b_msg = f.get(block=False)  # B's: its DELIVER record in C is needed
-        for _ in range(30):
-            f.put(b"c" * 1000)
-            f.ack(f.get(block=False))
+        churn(f, 30, b"c" * 1000)
         _roll(store)  # C
         a, b, c = (x.file_id for x in store.stats().files[:3])
         assert {p for _, p in store.why_kept(b).needed_acks} == {a}
@@ -266,9 +254,7 @@ def test_a_victim_the_guard_keeps_is_not_emptied_for_a_deletion_to_take(
         assert len(store.why_kept(c).live_messages) == 1
         assert store.why_kept(c).needed_deliveries == [b_msg.id]
 
-        monkeypatch.setattr(Catalog, "needed_ack", lambda *args: None)
-        store.compact()
-        monkeypatch.undo()
+        _compact_missing_needed_acks(store, monkeypatch)
         files = {x.file_id: x.kind for x in store.stats().files}
         assert {a, b, c} <= set(files), "a victim the guard kept was deleted"
         assert "compacted" not in files.values(), "the guard left its copy"
