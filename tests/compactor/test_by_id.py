@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import msgcask
+from draining import churn
 from msgcask.compactor import needed
 
 MAX_FILE_SIZE = 64 * 1024
@@ -63,13 +64,6 @@ def _sealed_journal_files(store: msgcask.Store) -> list[int]:
 
 def _files(store: msgcask.Store) -> set[int]:
     return {f.file_id for f in store.stats().files}
-
-
-def _churn(queue: msgcask.Queue, count: int) -> None:
-    """Put ``count`` messages, each consumed at once (in the same file)."""
-    for _ in range(count):
-        queue.put(BODY)
-        queue.ack(queue.get(block=False))
 
 
 def _assert_reopens_drained(path: Path) -> None:
@@ -161,7 +155,7 @@ def test_a_sparse_victim_is_rewritten_reading_only_its_live_records(
             if i % 20 == 0:
                 live.put(BODY, headers={"i": str(i)})
             else:
-                _churn(work, 1)
+                churn(work, 1, BODY)
         sealed = _sealed_journal_files(store)
         assert len(sealed) >= 4
         assert all(f.needed_acks == 0 for f in store.stats().files if f.file_id in sealed)
@@ -183,10 +177,10 @@ def test_a_live_transaction_message_older_than_its_victim_is_kept(
         work = store.queue("work")
         txn = store.transaction()
         early = txn.put("live", BODY, headers={"txn": "1"})
-        _churn(work, 150)  # more than two files pass before the commit
+        churn(work, 150, BODY)  # more than two files pass before the commit
         txn.commit()
         home = _head(store)
-        _churn(work, 130)  # the rest of its file, consumed at once, and more to seal it
+        churn(work, 130, BODY)  # the rest of its file, consumed at once, and more to seal it
         assert home in _sealed_journal_files(store)
         _, parses = _compact_away(store, [home], monkeypatch, threshold=0.5)
         assert parses  # the range missed the message: its file was read
