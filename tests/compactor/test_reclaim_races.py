@@ -17,6 +17,9 @@ from msgcask.store.fs import DataFile, FileSystem
 
 MFS = 64 * 1024
 WAIT = 10.0
+# Small files, no compaction schedule, and no background flush (which could delete
+# a dead file before the test does).
+QUIET = {"max_file_size": MFS, "compaction_interval": None, "sync_interval": 60}
 
 
 def _compact_in_thread(store: msgcask.Store, errors: list[BaseException]) -> threading.Thread:
@@ -59,10 +62,7 @@ class InterleavingFS(FileSystem):
 
 def test_verify_while_a_file_is_being_deleted_does_not_crash(tmp_path: Path) -> None:
     fs = InterleavingFS()
-    # sync_interval: keep the background flush from deleting the file before the test does.
-    store = msgcask.Store(
-        tmp_path / "store", max_file_size=MFS, compaction_interval=None, sync_interval=60, _fs=fs
-    )
+    store = msgcask.Store(tmp_path / "store", _fs=fs, **QUIET)
     try:
         q = store.queue("q")
         for _ in range(100):  # more than one file, all consumed: the first file dies whole
@@ -105,7 +105,7 @@ def test_put_while_a_pass_deletes_dead_files_is_not_refused(tmp_path: Path) -> N
     # refusing a put because of dead data (guarantee 5).
     path = tmp_path / "store"
     # No space limit and no background flush while the garbage is made.
-    with msgcask.open(path, max_file_size=MFS, compaction_interval=None, sync_interval=60) as s:
+    with msgcask.open(path, **QUIET) as s:
         q = s.queue("q")
         for _ in range(500):
             q.put(b"g" * 1000)
@@ -117,14 +117,7 @@ def test_put_while_a_pass_deletes_dead_files_is_not_refused(tmp_path: Path) -> N
     limit = garbage + 10_000  # the garbage alone nearly fills the store
     assert limit >= 4 * MFS
     fs = BlockingUnlinkFS()
-    store = msgcask.Store(
-        path,
-        max_file_size=MFS,
-        compaction_interval=None,
-        sync_interval=60,
-        max_store_size=limit,
-        _fs=fs,
-    )
+    store = msgcask.Store(path, max_store_size=limit, _fs=fs, **QUIET)
     errors: list[BaseException] = []
     try:
         fs.armed = True
@@ -184,14 +177,7 @@ def test_compaction_never_takes_the_disk_over_max_store_size(tmp_path: Path) -> 
     path = tmp_path / "store"
     limit = 8 * MFS
     fs = PeakFS(path)
-    store = msgcask.Store(
-        path,
-        max_file_size=MFS,
-        compaction_interval=None,
-        sync_interval=60,
-        max_store_size=limit,
-        _fs=fs,
-    )
+    store = msgcask.Store(path, max_store_size=limit, _fs=fs, **QUIET)
     try:
         q = store.queue("q")
         held = []
