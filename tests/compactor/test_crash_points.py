@@ -30,7 +30,7 @@ import pytest
 from click.testing import CliRunner
 
 import msgcask
-from draining import each_available
+from draining import churn, each_available
 from msgcask.check import scan_files
 from msgcask.cli.main import main as cli_main
 from msgcask.store import codec
@@ -330,11 +330,7 @@ def test_crash_at_compaction_step(
         # rebuild the index from the files: nothing may come back.
         consumed = _drain(again)
         _settle(again)
-    shutil.rmtree(path / "index")
-    with msgcask.open(path, max_file_size=MAX_FILE_SIZE, compaction_interval=None) as rebuilt:
-        back = sorted(m.id for n in rebuilt.queues() for m in rebuilt.queue(n).browse())
-        assert back == [], f"{len(back)} consumed messages came back, e.g. {back[:10]}"
-        assert rebuilt.verify() == []
+    _check_nothing_back_after_a_rebuild(path)
     assert set(consumed) <= set(crash.live)
 
 
@@ -401,10 +397,7 @@ def test_crash_between_two_victim_unlinks_resurrects_nothing(
             assert "not counted: replaced by compacted file" in line, line
         consumed = _drain(store)
         _settle(store)
-    shutil.rmtree(path / "index")
-    with msgcask.open(path, max_file_size=MAX_FILE_SIZE, compaction_interval=None) as rebuilt:
-        back = sorted(m.id for n in rebuilt.queues() for m in rebuilt.queue(n).browse())
-        assert back == [], f"{len(back)} consumed messages came back, e.g. {back[:10]}"
+    _check_nothing_back_after_a_rebuild(path)
     assert set(consumed) == set(crash.live)
 
 
@@ -435,9 +428,16 @@ def _drain(store: msgcask.Store) -> list[int]:
         for m in each_available(q):
             q.ack(m)
             ids.append(m.id)
-    filler = store.queue("filler")
-    for _ in range(3 * MAX_FILE_SIZE // 1024):
-        filler.put(b"f" * 1000)
-        filler.ack(filler.get(block=False))
+    churn(store.queue("filler"), 3 * MAX_FILE_SIZE // 1024, b"f" * 1000)
     _settle(store)
     return ids
+
+
+def _check_nothing_back_after_a_rebuild(path: Path) -> None:
+    """Rebuilt from its files, the drained store at ``path`` holds no message and
+    verifies."""
+    shutil.rmtree(path / "index")
+    with msgcask.open(path, max_file_size=MAX_FILE_SIZE, compaction_interval=None) as rebuilt:
+        back = sorted(m.id for n in rebuilt.queues() for m in rebuilt.queue(n).browse())
+        assert back == [], f"{len(back)} consumed messages came back, e.g. {back[:10]}"
+        assert rebuilt.verify() == []
