@@ -27,6 +27,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+from collections.abc import Callable
 
 import msgcask
 
@@ -73,6 +74,13 @@ def main() -> None:
         counter += 1
         return f"{seed}-{counter}"
 
+    def settle_one(verb: str, settle: Callable[[msgcask.Queue, int], object]) -> None:
+        """Ack or nack a delivered message, reported before and after."""
+        mid = rng.choice(sorted(delivered))
+        emit(f"{verb} {mid}")
+        settle(queues[delivered.pop(mid)], mid)
+        emit(f"{verb.upper()} {mid}")
+
     emit("R")
     deadline = time.monotonic() + MAX_SECONDS
     ops = 0
@@ -104,19 +112,11 @@ def main() -> None:
             delivered[m.id] = name
             emit(f"G {m.id} {token_of(bytes(m.body))}")
         elif roll < 0.85 or (workload != "mixed" and roll < 0.95):
-            if not delivered:
-                continue
-            mid = rng.choice(sorted(delivered))
-            emit(f"a {mid}")
-            queues[delivered.pop(mid)].ack(mid)
-            emit(f"A {mid}")
+            if delivered:
+                settle_one("a", msgcask.Queue.ack)
         elif roll < 0.90:
-            if not delivered:
-                continue
-            mid = rng.choice(sorted(delivered))
-            emit(f"n {mid}")
-            queues[delivered.pop(mid)].nack(mid)
-            emit(f"N {mid}")
+            if delivered:
+                settle_one("n", msgcask.Queue.nack)
         else:
             toks = [token() for _ in range(rng.randint(0, 3))]
             acks = rng.sample(sorted(delivered), k=min(len(delivered), rng.randint(0, 2)))
