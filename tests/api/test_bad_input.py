@@ -135,26 +135,32 @@ def _in_tx(store: msgcask.Store, body: Callable[[Any], object]) -> None:
         body(tx)
 
 
+def _raises_and_changes_nothing(
+    seeded: tuple[msgcask.Store, Any],
+    store_path: Path,
+    snapshot: Snapshot,
+    call: BadCall,
+    error: type[Exception],
+) -> None:
+    store, q = seeded
+    before = snapshot(store, store_path)
+    with pytest.raises(error):
+        call(store, q)
+    assert snapshot(store, store_path) == before
+
+
 @pytest.mark.parametrize("call", BAD_TYPE_CALLS.values(), ids=BAD_TYPE_CALLS.keys())
 def test_wrong_type_raises_type_error_and_changes_nothing(
     seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot, call: BadCall
 ) -> None:
-    store, q = seeded
-    before = snapshot(store, store_path)
-    with pytest.raises(TypeError):
-        call(store, q)
-    assert snapshot(store, store_path) == before
+    _raises_and_changes_nothing(seeded, store_path, snapshot, call, TypeError)
 
 
 @pytest.mark.parametrize("call", BAD_VALUE_CALLS.values(), ids=BAD_VALUE_CALLS.keys())
 def test_bad_value_raises_value_error_and_changes_nothing(
     seeded: tuple[msgcask.Store, Any], store_path: Path, snapshot: Snapshot, call: BadCall
 ) -> None:
-    store, q = seeded
-    before = snapshot(store, store_path)
-    with pytest.raises(ValueError):
-        call(store, q)
-    assert snapshot(store, store_path) == before
+    _raises_and_changes_nothing(seeded, store_path, snapshot, call, ValueError)
 
 
 # What the API says of a bad argument, word for word.
