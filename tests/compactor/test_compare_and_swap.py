@@ -90,6 +90,17 @@ def _seal_head(store: msgcask.Store) -> None:
         filler.ack(filler.get(block=False))
 
 
+def _sparse_hooked_store(
+    tmp_path: Path, max_deliveries: int | None = None
+) -> tuple[Path, HookedFS, msgcask.Store, list[int]]:
+    """A store on a ``HookedFS`` filled by ``_fill_sparse_files``: its path, its
+    file system, the store and the ids left live."""
+    path = tmp_path / "store"
+    fs = HookedFS()
+    store = _open(path, fs)
+    return path, fs, store, _fill_sparse_files(store, max_deliveries=max_deliveries)
+
+
 def _live_ids(store: msgcask.Store) -> dict[int, msgcask.Message]:
     return {m.id: m for name in store.queues() for m in store.queue(name).browse()}
 
@@ -144,10 +155,7 @@ def _ack_during_the_copy(
 
 
 def test_message_acked_while_its_copy_is_written_stays_acked(tmp_path: Path) -> None:
-    path = tmp_path / "store"
-    fs = HookedFS()
-    store = _open(path, fs)
-    kept = _fill_sparse_files(store)
+    path, fs, store, kept = _sparse_hooked_store(tmp_path)
     victim_ids = kept[:3]
     report = _ack_during_the_copy(store, fs, victim_ids)
     assert report.files_rewritten >= 1
@@ -178,10 +186,7 @@ def test_ack_of_a_dead_copy_is_carried_when_its_own_file_is_compacted(tmp_path: 
     # Follow-up of the case above: the file holding the ACKs becomes a victim itself. If
     # the ACKs were dropped instead of carried, a rebuild would resurrect the messages
     # from their dead copies.
-    path = tmp_path / "store"
-    fs = HookedFS()
-    store = _open(path, fs)
-    kept = _fill_sparse_files(store)
+    path, fs, store, kept = _sparse_hooked_store(tmp_path)
     acked_ids = kept[:2]
     _ack_during_the_copy(store, fs, acked_ids)
     # Seal the head that holds the ACKs, then compact everything with dead bytes.
@@ -197,10 +202,7 @@ def test_ack_of_a_dead_copy_is_carried_when_its_own_file_is_compacted(tmp_path: 
 
 
 def test_redelivery_during_the_copy_keeps_the_new_delivery_count(tmp_path: Path) -> None:
-    path = tmp_path / "store"
-    fs = HookedFS()
-    store = _open(path, fs)
-    kept = _fill_sparse_files(store)
+    path, fs, store, kept = _sparse_hooked_store(tmp_path)
     q = store.queue("q")
     target = kept[1]
     # Delivered once before the copy is planned (count 2: the fill delivered it once).
@@ -230,10 +232,7 @@ def test_redelivery_during_the_copy_keeps_the_new_delivery_count(tmp_path: Path)
 
 
 def test_dead_lettering_during_the_copy_moves_the_message_once(tmp_path: Path) -> None:
-    path = tmp_path / "store"
-    fs = HookedFS()
-    store = _open(path, fs)
-    kept = _fill_sparse_files(store, max_deliveries=5)
+    path, fs, store, kept = _sparse_hooked_store(tmp_path, max_deliveries=5)
     q = store.queue("q", max_deliveries=2)
     target = kept[2]
     m = _deliver(store, "q", target)
@@ -305,10 +304,7 @@ def test_acks_racing_real_compactions_are_never_undone(
 
 
 def test_purge_during_the_copy_leaves_every_copy_dead(tmp_path: Path) -> None:
-    path = tmp_path / "store"
-    fs = HookedFS()
-    store = _open(path, fs)
-    kept = _fill_sparse_files(store)
+    path, fs, store, kept = _sparse_hooked_store(tmp_path)
     q = store.queue("q")
     purged: list[int] = []
     fs.hook = lambda: purged.append(q.purge())
@@ -322,10 +318,7 @@ def test_purge_during_the_copy_leaves_every_copy_dead(tmp_path: Path) -> None:
 
 
 def test_queue_deleted_during_the_copy_stays_deleted(tmp_path: Path) -> None:
-    path = tmp_path / "store"
-    fs = HookedFS()
-    store = _open(path, fs)
-    kept = _fill_sparse_files(store)
+    path, fs, store, kept = _sparse_hooked_store(tmp_path)
     other = store.queue("other")
     survivor = other.put(b"stays")
     fs.hook = lambda: store.delete_queue("q")
@@ -344,10 +337,7 @@ def test_queue_deleted_during_the_copy_stays_deleted(tmp_path: Path) -> None:
 
 
 def test_transaction_acking_and_putting_during_the_copy_is_all_kept(tmp_path: Path) -> None:
-    path = tmp_path / "store"
-    fs = HookedFS()
-    store = _open(path, fs)
-    kept = _fill_sparse_files(store)
+    path, fs, store, kept = _sparse_hooked_store(tmp_path)
     m = _deliver(store, "q", kept[3])
     new_ids: list[int] = []
 
