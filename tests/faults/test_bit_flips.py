@@ -32,11 +32,6 @@ def put_offsets(path: Path) -> dict[int, tuple[int, int]]:
     return out
 
 
-@pytest.fixture
-def fs() -> FaultyFileSystem:
-    return FaultyFileSystem()
-
-
 def open_store(path: Path, fs: FaultyFileSystem) -> msgcask.Store:
     return msgcask.Store(path, _fs=fs, compaction_interval=None)
 

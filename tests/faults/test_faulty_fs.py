@@ -13,11 +13,6 @@ from faulty_fs import FaultyFileSystem
 from msgcask.store.fs import DataFile
 
 
-@pytest.fixture
-def fs() -> FaultyFileSystem:
-    return FaultyFileSystem()
-
-
 def new_file(
     fs: FaultyFileSystem, directory: Path, name: str, data: bytes, *, durable: bool
 ) -> DataFile:

@@ -61,11 +61,6 @@ def contents(path: Path) -> dict[str, list[tuple[int, bytes]]]:
         }
 
 
-@pytest.fixture
-def fs() -> FaultyFileSystem:
-    return FaultyFileSystem()
-
-
 def test_put_that_hits_enospc_raises_and_changes_nothing(
     store_path: Path, fs: FaultyFileSystem
 ) -> None:
