@@ -8,8 +8,10 @@ executor at the same path.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -22,8 +24,16 @@ from msgcask.pipeline.failures import job_failure, spark_cause
 from msgcask.pipeline.files import list_data_files
 from msgcask.pipeline.outputs import check_report, check_spark_output
 from msgcask.pipeline.replay import DEFAULT_PASS_EVERY
-from msgcask.pipeline.session import DEFAULT_MASTER, QUIET_CONF, TERMINAL_CONF, spark_session
+from msgcask.pipeline.session import (
+    DEFAULT_MASTER,
+    QUIET_CONF,
+    TERMINAL_CONF,
+    running_master,
+    spark_session,
+)
 from msgcask.plural import acks_or_delivery_counts, counted
+
+_STARTED = "msgcask.pipeline.started_spark"  # click meta: the session a command started
 
 MASTER = click.option(
     "--master",
@@ -37,6 +47,8 @@ STORE = click.argument("path", type=click.Path(exists=True, file_okay=False))
 def _spark(master: str):  # type: ignore[no-untyped-def]
     """The session; callers check their inputs first (starting Spark takes seconds)."""
     conf = dict(QUIET_CONF if master.startswith("local") else TERMINAL_CONF)
+    # (No PySpark imported yet: no session can be running.)
+    started = "pyspark" not in sys.modules or running_master() is None
     try:
         spark = spark_session(master, conf)
     except Error:
@@ -46,6 +58,8 @@ def _spark(master: str):  # type: ignore[no-untyped-def]
     except Exception as e:  # PySpark's own: a bad master URL ends the JVM at once
         raise Error(f"cannot start Spark with --master {master!r}: {spark_cause(e)}") from e
     spark.sparkContext.setLogLevel("ERROR")
+    if started:
+        click.get_current_context().meta[_STARTED] = spark
     return spark
 
 
@@ -69,7 +83,19 @@ class _SparkJobs(click.Group):
             failure = job_failure(e)
             if failure is None:
                 raise
+            _stop_started_spark(ctx)
             raise failure from e
+
+
+def _stop_started_spark(ctx: click.Context) -> None:
+    """Stop the Spark a failed command started, before it says why: left to
+    stop as the process exits, its JVM may print the stack of a task it is
+    cancelling after the command's error line. (A session that was running
+    before the command, in a program that called it, is that program's.)"""
+    spark = ctx.meta.pop(_STARTED, None)
+    if spark is not None:
+        with contextlib.suppress(Exception):  # the job's failure is what to report
+            spark.stop()
 
 
 @click.group(cls=_SparkJobs)
