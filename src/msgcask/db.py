@@ -1748,7 +1748,7 @@ class Store(Uncopyable):
         with self._lock:
             self._check_open()
             head = self._journal.head_id
-            damage = self._compactor.kept_for_damage
+            damage = self._compactor.damage
             files = [
                 FileStats(
                     a.file_id,
@@ -1759,7 +1759,7 @@ class Store(Uncopyable):
                     a.needed_marks,
                     a.file_id == head,
                     a.retired,
-                    damage.get(a.file_id, ""),
+                    damage(a.file_id),
                 )
                 for a in sorted(self._acct.files.values(), key=lambda a: a.file_id)
             ]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from msgcask.compactor import needed
 from msgcask.errors import Error
 from msgcask.plural import counted
-from msgcask.stats import CompactionReport, hidden_puts, unreadable
+from msgcask.stats import CompactionReport
 from msgcask.store.disk_advice import remedy
 from msgcask.store.filenames import data_file_name
 from msgcask.store.fs import crash_point
@@ -113,12 +113,8 @@ def _release(store: Store, file_id: int) -> bool:
     expected = store._acct.files[file_id].dead_puts
     pending = needed.find_any(store, file_id)[1].dead_puts  # (id, file of its ACK)
     if len(pending) != expected:
-        # What stats() says keeps it (find_any noted a read error just now, if any).
-        reason = compactor.unreadable.said(file_id)
-        compactor.kept_for_damage[file_id] = (
-            unreadable(str(reason)) if reason is not None else hidden_puts(len(pending), expected)
-        )
-        # Every pass finds it so again (a sealed file's bytes never change).
+        # Every pass finds it so again (a sealed file's bytes never change); what
+        # was said is also what stats() says keeps it (Compactor.damage).
         if compactor.unreleasable.news(file_id, (len(pending), expected)):
             log.error(
                 "msgcask: file %d: found %d of its %s (damaged?); kept",
@@ -127,7 +123,6 @@ def _release(store: Store, file_id: int) -> bool:
                 counted(expected, "consumed PUT record"),
             )
         return False
-    compactor.kept_for_damage.pop(file_id, None)
     compactor.unreleasable.forget(file_id)
     release(store, file_id, pending)
     return True

@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from msgcask.compactor import policy
 from msgcask.compactor.failure_log import RepeatedFailureLog, SaidOnce
@@ -21,7 +21,7 @@ from msgcask.compactor.reclaim import DeletionFailed, finish_deletions, reclaim
 from msgcask.compactor.rewrite import past_the_cap, rewrite
 from msgcask.errors import ClosedError, Error, IndexFailedError
 from msgcask.index.accounting import FileAccount
-from msgcask.stats import CompactionReport, CompactionStats
+from msgcask.stats import CompactionReport, CompactionStats, hidden_puts, unreadable
 from msgcask.store import format as fmt
 from msgcask.store.filenames import data_file_name
 from msgcask.store.recovery import CorruptionReport
@@ -63,13 +63,23 @@ class Compactor:
         # every pass finds them again, the log says so once.
         self.unreleasable = SaidOnce()
         self.unreadable = SaidOnce()
-        # Those files, kept whatever their counts say, and why in words
-        # (``FileStats.damage``): until a pass releases them.
-        self.kept_for_damage: dict[int, str] = {}
         # Sealed journal files' highest PUT id, read once (needed.highest_put_id).
         self.highest_put_ids: dict[int, int | None] = {}
         self._deletion_failures = RepeatedFailureLog("deleting emptied data files")
         self._space_failures = RepeatedFailureLog("compaction for a put that fits")
+
+    def damage(self, file_id: int) -> str:
+        """Why a pass keeps data file ``file_id`` whatever its counts say, in
+        words (``FileStats.damage``; "" if it does not): what was last logged of
+        it, until a pass releases it."""
+        counts = self.unreleasable.said(file_id)
+        if counts is None:
+            return ""
+        reason = self.unreadable.said(file_id)  # a read error hides every record
+        if reason is not None:
+            return unreadable(str(reason))
+        found, expected = cast("tuple[int, int]", counts)  # as reclaim._release says it
+        return hidden_puts(found, expected)
 
     def found_damage(self, file_id: int, stretches: list[tuple[int, int, str]]) -> None:
         """Report the damaged stretches (offset, length, reason) a pass found in
