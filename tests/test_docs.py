@@ -954,12 +954,12 @@ def _quoted_error(name: str) -> str:
 
 
 def test_the_quoted_store_full_error_is_what_the_put_raises(tmp_path: Path) -> None:
-    """As the text says: the 255th put of 1,000 bytes in queue ``q`` of a new store
+    """As the text says: the 191st put of 1,000 bytes in queue ``q`` of a new store
     with 64 KiB data files and a cap of four."""
     options: dict[str, Any] = {"max_file_size": 64 * 1024, "max_store_size": 4 * 64 * 1024}
     with msgcask.open(tmp_path / "full", compaction_interval=None, **options) as store:
         q = store.queue("q")
-        for _ in range(254):
+        for _ in range(190):
             q.put(b"x" * 1000)
         with pytest.raises(msgcask.StoreFullError) as refused:
             q.put(b"x" * 1000)

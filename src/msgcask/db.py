@@ -197,9 +197,9 @@ class _PendingPut:
 
 
 class _CopyUnderWay(Exception):
-    """A put does not fit under max_store_size while a compaction pass is
-    writing its copy or has yet to delete its victims: it waits for the pass,
-    then tries again."""
+    """A put does not fit under the puts' limit (``Store._put_limit``) while a
+    compaction pass is writing its copy or has yet to delete its victims: it
+    waits for the pass, then tries again."""
 
 
 def _check_default_dead_letter_name(name: str) -> None:
@@ -444,9 +444,6 @@ class Store(Uncopyable):
         self._bytes_put = 0
         # Sum of data-file sizes, kept up to date so space checks cost nothing.
         self._data_bytes = sum(a.size for a in self._acct.files.values() if not a.retired)
-        # Bytes of the compacted file a pass is writing, not yet in _data_bytes:
-        # counted as taken by the space checks of puts meanwhile.
-        self._copy_bytes = 0
         # Whether a pass has started its copy and not yet deleted its victims:
         # after the swap its dead bytes are still in _data_bytes, about to go.
         self._victims_going = False
@@ -983,22 +980,26 @@ class Store(Uncopyable):
             )
 
     def _ensure_room(self, size: int) -> None:
-        """Space pressure (call without the lock): if ``size`` more bytes would
-        bring the data files near ``max_store_size``, compact first, aiming to
-        leave one data file of headroom for the compaction's own copy."""
+        """Space pressure (call without the lock): if ``size`` more bytes do not
+        fit under the puts' limit, compact first."""
         limit = self._options.max_store_size
-        if limit is None:
-            return
-        if self._data_bytes + self._copy_bytes + size + self._options.max_file_size > limit:
+        if limit is not None and not self._fits(size):
             self._check_open()  # closed (or disowned after a fork): do not wait for a pass
-            self._compactor.make_room(size, limit)
+            self._compactor.make_room(size)
+
+    def _put_limit(self) -> int | None:
+        """What puts may fill of ``max_store_size``: all of it but one data file.
+        A pass writes its copy (at most a data file) before it deletes its
+        victims, so that last file's worth is what lets a pass run, and free
+        dead bytes, without ever taking the data files past the cap."""
+        limit = self._options.max_store_size
+        return None if limit is None else limit - self._options.max_file_size
 
     def _fits(self, size: int) -> bool:
-        """Whether ``size`` more bytes fit under ``max_store_size`` (with the
-        header of a new data file they may need)."""
-        limit = self._options.max_store_size
-        taken = self._data_bytes + self._copy_bytes
-        return limit is None or taken + size + fmt.FILE_HEADER_SIZE <= limit
+        """Whether ``size`` more bytes fit under the puts' limit (with the header
+        of a new data file they may need)."""
+        limit = self._put_limit()
+        return limit is None or self._data_bytes + size + fmt.FILE_HEADER_SIZE <= limit
 
     def _check_fits(self, size: int) -> None:
         """Raise StoreFullError (changing nothing) if ``size`` bytes cannot fit;
@@ -1009,14 +1010,16 @@ class Store(Uncopyable):
             return
         if self._victims_going:
             # Refused now, the put would be refused for dead bytes the pass is
-            # about to free, whether or not it would fit beside the copy.
+            # about to free.
             raise _CopyUnderWay
         limit = self._options.max_store_size
         live = sum(a.live_bytes for a in self._acct.files.values())
         raise StoreFullError(
-            f"cannot store {size} more bytes: the data files take {self._data_bytes} bytes of "
-            f"max_store_size={limit}, of which {live} bytes are live messages and the rest "
-            "could not be reclaimed yet. Consume (ack) messages or raise max_store_size."
+            f"cannot store {size} more bytes: puts may fill max_store_size={limit} but for one "
+            f"data file (max_file_size={self._options.max_file_size}) kept for compaction's "
+            f"copies, and the data files take {self._data_bytes} bytes, of which {live} bytes "
+            "are live messages and the rest could not be reclaimed yet. Consume (ack) "
+            "messages or raise max_store_size."
         )
 
     # -- queues ----------------------------------------------------------------------

@@ -1,9 +1,10 @@
-"""A pass's copy counts against ``max_store_size`` while it is being written.
+"""A pass's copy under ``max_store_size``, with puts coming meanwhile.
 
-The copy is written before its victims are deleted, and its room was measured
-when the pass planned it. Puts that come meanwhile must see that room as taken:
-else two puts that each passed the space check before either was written could
-fill what the copy needs, and the data files would grow past the cap.
+The copy is written before its victims are deleted. Puts fill the data files only
+up to the cap less one data file (``Store._put_limit``), the most one copy takes:
+whatever puts come while a pass plans, writes or swaps in its copy, the copy is
+written and the data files never pass the cap. A put that does not fit while the
+pass's victims are about to go waits for them, and is not refused.
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ from pathlib import Path
 import pytest
 
 import msgcask
+from copy_watch import copies_held, data_files_bytes
 from draining import each_available
 from msgcask.compactor import needed, rewrite
 
 MFS = 64 * 1024
 LIMIT = 8 * MFS
-BIG = b"B" * 60_000  # two of these fit beside the pass's copy only if the copy is not counted
-
-
-def _disk(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.glob("*.log"))
+BIG = b"B" * 60_000
+PUT_LIMIT = LIMIT - MFS  # what puts may fill
 
 
 @contextlib.contextmanager
@@ -46,42 +45,13 @@ def _capped_store(path: Path, count: int = 120, live_every: int = 2) -> Iterator
         yield store
 
 
-def _copies_held(
-    monkeypatch: pytest.MonkeyPatch, path: Path, go: threading.Event | None = None
-) -> tuple[threading.Event, list[int]]:
-    """Make a pass's copy wait for ``go`` (if given) before it is written.
-    Returns an event set when a copy is about to be written, and the list the
-    disk use after each copy is written is added to."""
-    copying, on_disk_after_copy = threading.Event(), list[int]()
-    real_write = rewrite._write_output
-
-    def write_output(*args: object) -> object:
-        copying.set()
-        if go is not None:
-            assert go.wait(30)
-        out = real_write(*args)  # type: ignore[arg-type]
-        on_disk_after_copy.append(_disk(path))
-        return out
-
-    monkeypatch.setattr(rewrite, "_write_output", write_output)
-    return copying, on_disk_after_copy
-
-
 def test_puts_during_a_pass_leave_room_for_its_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "s"
     with _capped_store(path) as store:
         go = threading.Event()
-        ready, on_disk_after_copy = _copies_held(monkeypatch, path, go)
-        passed = threading.Barrier(2)
-        real_ensure = store._ensure_room
-
-        def ensure_room(size: int) -> None:
-            real_ensure(size)
-            passed.wait(30)  # both puts passed the check before either is written
-
-        monkeypatch.setattr(store, "_ensure_room", ensure_room)
+        ready, on_disk_after_copy = copies_held(monkeypatch, path, go)
         results: list[object] = []
 
         def put() -> None:
@@ -103,8 +73,9 @@ def test_puts_during_a_pass_leave_room_for_its_copy(
         for t in putting:
             t.join(30)
         assert len(results) == 2
+        # Had the puts taken the room it needs, the copy would pass the cap.
         assert on_disk_after_copy and on_disk_after_copy[0] <= LIMIT
-        assert _disk(path) <= LIMIT
+        assert data_files_bytes(path) <= LIMIT
         assert store.verify() == []
 
 
@@ -124,7 +95,7 @@ def test_a_put_that_fits_once_the_running_pass_ends_waits_for_it(
             return real_find(s, file_id)
 
         monkeypatch.setattr(needed, "find_any", find_any)
-        copying, on_disk_after_copy = _copies_held(monkeypatch, path, go)
+        copying, on_disk_after_copy = copies_held(monkeypatch, path, go)
         compacting = threading.Thread(target=store.compact, kwargs={"threshold": 0.6})
         compacting.start()
         assert planned.wait(30)
@@ -159,7 +130,7 @@ def test_a_put_that_fits_once_the_running_pass_ends_waits_for_it(
         second.join(30)
         assert len(results) == 1 and isinstance(results[0], int), results
         assert on_disk_after_copy and on_disk_after_copy[0] <= LIMIT  # it did wait
-        assert _disk(path) <= LIMIT
+        assert data_files_bytes(path) <= LIMIT
         assert len(big) == 2
         assert store.verify() == []
 
@@ -172,15 +143,15 @@ def test_a_put_that_fits_once_the_running_pass_ends_waits_for_it(
 def test_a_put_that_does_not_fit_while_a_pass_writes_its_copy_waits_for_the_pass(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: str
 ) -> None:
-    # Puts that passed their space check before the pass began filled the room
-    # its copy left: the last one does not fit even without the copy, but does
-    # once the pass has deleted its victims. Those are dead bytes being freed,
+    # Puts that passed their space check before the pass began filled the puts'
+    # room: the last one does not fit, but does once the pass has deleted its
+    # victims. Those are dead bytes being freed,
     # not live data filling the store: the put waits for them, from the start
     # of the copy until the victims are deleted (the swap comes between).
     path = tmp_path / "s"
     with _capped_store(path, 126, live_every=6) as store:
         last = 60_000
-        assert store._data_bytes + last + MFS <= LIMIT  # no space pressure yet
+        assert store._data_bytes + last <= PUT_LIMIT  # no space pressure yet
         copying, go = threading.Event(), threading.Event()
         real_step = getattr(rewrite, held)
 
@@ -226,37 +197,38 @@ def test_a_put_that_does_not_fit_while_a_pass_writes_its_copy_waits_for_the_pass
             assert checked[name].wait(30)
             checked[name].clear()
 
+        # After the swap the copy is in the data files, with its victims.
         copy = sum(store._acct.files[f].live_bytes for f in (1, 2)) + 1024  # at most
-        fill = (LIMIT - store._data_bytes - copy - 4096) // 2
+        fill = (PUT_LIMIT - store._data_bytes - copy - 4096) // 2
         for name, size in (("last", last), ("fill-1", fill), ("fill-2", fill)):
             start(name, size)
         compacting = threading.Thread(target=store.compact, kwargs={"threshold": 0.6})
         compacting.start()
         assert copying.wait(30), "the pass did not get to its copy"
-        if held == "_write_output":
-            assert 0 < store._copy_bytes <= copy
-        for name in ("fill-1", "fill-2"):  # they fit beside the copy
+        assert store._victims_going
+        for name in ("fill-1", "fill-2"):  # they fit under the puts' limit, copy and all
             release[name].set()
             threads[name].join(30)
             assert isinstance(results[name], int), results
-        assert store._data_bytes + last > LIMIT  # does not fit, copy or not
+        assert store._data_bytes + last > PUT_LIMIT  # does not fit until the victims go
         release["last"].set()
         assert checked["last"].wait(30)  # it has looked at the room left
         go.set()
         compacting.join(30)
         threads["last"].join(30)
         assert isinstance(results["last"], int), results
-        assert _disk(path) <= LIMIT
+        assert data_files_bytes(path) <= LIMIT
         assert len(big) == 3
         assert store.verify() == []
 
 
-def test_a_pass_whose_copy_no_longer_fits_does_not_write_it(
+def test_a_pass_writes_its_copy_whatever_puts_took_since_its_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Puts that passed their space check before the pass took the room its plan
-    # measured: the copy would take the data files past the cap, so it waits
-    # for a later pass.
+    # Puts that passed their space check before the pass are written after it
+    # planned: they fill the puts' room, and the copy still fits under the cap
+    # (before, puts could take the room a copy needed, and a store short of room
+    # for any copy refused puts while most of it was dead).
     path = tmp_path / "s"
     with _capped_store(path) as store:
         big = store.queue("big")
@@ -270,7 +242,8 @@ def test_a_pass_whose_copy_no_longer_fits_does_not_write_it(
 
         monkeypatch.setattr(store, "_ensure_room", ensure_room)
         results: list[int] = []
-        putting = [threading.Thread(target=lambda: results.append(big.put(BIG))) for _ in range(2)]
+        half = b"H" * ((PUT_LIMIT - store._data_bytes) // 2 - 100)  # both fit
+        putting = [threading.Thread(target=lambda: results.append(big.put(half))) for _ in range(2)]
         for t in putting:
             t.start()
         checked.wait(30)
@@ -283,12 +256,12 @@ def test_a_pass_whose_copy_no_longer_fits_does_not_write_it(
             return real_find(s, file_id)
 
         monkeypatch.setattr(needed, "find_any", find_any)
-        _, on_disk_after_copy = _copies_held(monkeypatch, path)
+        _, on_disk_after_copy = copies_held(monkeypatch, path)
         report = store.compact(threshold=0.6)
         assert len(results) == 2
-        # Written, the copy would have taken the data files past the cap.
-        assert report.files_rewritten == 0 and on_disk_after_copy == []
-        assert _disk(path) <= LIMIT
+        assert report.files_rewritten >= 1
+        assert on_disk_after_copy and on_disk_after_copy[0] <= LIMIT
+        assert data_files_bytes(path) <= LIMIT
         assert store.verify() == []
 
 
@@ -328,10 +301,10 @@ def test_a_background_pass_a_put_waits_for_runs_forced(
     path = tmp_path / "s"
     with _capped_store(path) as store:
         c = store.queue("c")
-        while store._data_bytes + 2000 + MFS <= LIMIT:  # near the cap, short of space pressure
+        while store._data_bytes + 2000 <= PUT_LIMIT:  # near the cap, short of space pressure
             c.put(b"c" * 1000)
         go = threading.Event()
-        copying, _ = _copies_held(monkeypatch, path, go)
+        copying, _ = copies_held(monkeypatch, path, go)
         watched = _WatchedLock()
         monkeypatch.setattr(store._compactor, "_mutex", watched)
         compacting = threading.Thread(
@@ -343,7 +316,7 @@ def test_a_background_pass_a_put_waits_for_runs_forced(
         if path_taken == "copy-under-way":
             monkeypatch.setattr(store, "_ensure_room", lambda size: None)  # checked before
         big = store.queue("big")
-        room = LIMIT - store._data_bytes - store._copy_bytes  # fits once the victims go
+        room = PUT_LIMIT - store._data_bytes  # does not fit now; fits once the victims go
         results: list[object] = []
         putting = threading.Thread(target=lambda: results.append(big.put(b"B" * room)))
         putting.start()
@@ -355,5 +328,5 @@ def test_a_background_pass_a_put_waits_for_runs_forced(
         assert forced_while_waiting
         assert not store._pacer.forced
         assert len(results) == 1 and isinstance(results[0], int), results
-        assert _disk(path) <= LIMIT
+        assert data_files_bytes(path) <= LIMIT
         assert store.verify() == []

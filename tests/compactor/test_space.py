@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import msgcask
+from copy_watch import copies_held
 
 KIB = 1024
 MFS = 64 * KIB  # max_file_size everywhere: the smallest the store allows
@@ -136,9 +137,9 @@ def test_a_put_into_a_store_with_nothing_to_free_is_refused_after_one_try(
         tries: list[int] = []
         real_make_room = store._compactor.make_room
 
-        def make_room(needed: int, limit: int) -> None:
+        def make_room(needed: int) -> None:
             tries.append(needed)
-            real_make_room(needed, limit)
+            real_make_room(needed)
 
         monkeypatch.setattr(store._compactor, "make_room", make_room)
         with pytest.raises(msgcask.StoreFullError):
@@ -161,31 +162,39 @@ def test_a_put_retried_between_acks_of_a_full_store_adds_no_files(tmp_path: Path
         for _ in range(40):
             q.ack(q.get(block=False))
             try:
-                q.put(b"y")
+                q.put(b"y" * 3000)  # fits after every third ack or so
             except msgcask.StoreFullError:
                 refused += 1
-        assert refused >= 30  # the loop ran against a full store
+        assert refused >= 20  # the loop ran against a full store
         assert len(store.stats().files) <= files_before + 1, _files(store)
         assert store.verify() == []
 
 
-def test_a_store_past_its_cap_with_little_live_data_takes_puts_again(store_path: Path) -> None:
-    # Consumers' ACK and DELIVER records go past the cap, so a store filled to it and
-    # then consumed is past it, and no copy fits under it: before, a store holding a
-    # few live messages (2 % of the cap) refused every put until whole files emptied.
+def test_a_store_past_its_put_limit_with_little_live_data_takes_puts_again(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Consumers' ACK and DELIVER records go past the puts' limit, so a store filled
+    # to it and then consumed is past it: a store holding a few live messages (2 % of
+    # the cap) must still copy them out and take puts, without passing the cap.
     limit = 4 * MFS
     with _open(store_path, max_store_size=limit) as store:
         q = store.queue("q")
         _fill_until_full(q, b"x" * 1000)
+        filled = store.stats().data_bytes
         delivered = [q.get(block=False) for _ in range(len(q))]
         kept = delivered[::60]  # a few stay delivered, unacked: one or two per file
         for m in delivered:
             if m not in kept:
                 q.ack(m)
         st = store.stats()
-        assert st.data_bytes > limit and st.live_bytes < limit // 40, _files(store)
-        q.put(b"y")  # space pressure copies the sparse files past the cap, then deletes them
+        assert st.data_bytes > limit - MFS and st.live_bytes < limit // 40, _files(store)
+        marks = st.data_bytes - filled  # the consumers' DELIVER and ACK records
+        _, on_disk_after_copy = copies_held(monkeypatch, store_path)
+        q.put(b"y")  # space pressure copies the sparse files, then deletes them
         st = store.stats()
+        assert on_disk_after_copy, "no copy was written"
+        # Copy included, past the cap by no more than the marks past the puts' limit.
+        assert max(on_disk_after_copy) <= limit + marks, (on_disk_after_copy, marks)
         assert st.data_bytes <= limit, _files(store)
         assert st.live_messages == len(kept) + 1
         assert store.verify() == []
@@ -193,13 +202,40 @@ def test_a_store_past_its_cap_with_little_live_data_takes_puts_again(store_path:
             q.ack(m)  # still delivered, and ackable, after their files were rewritten
 
 
+def test_a_full_store_consumed_with_few_acks_takes_puts_again(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Filled, then consumed: all but one message of most files are acked, with few
+    # ACK records. The copy of those few live messages must still find room, or
+    # every put is refused while most of the store is dead (before, puts could fill
+    # the cap to within less than any copy, until consumers' marks passed it).
+    limit = 5 * MFS
+    body = b"x" * 8000  # 7 to a data file
+    with _open(store_path, max_store_size=limit) as store:
+        q = store.queue("q")
+        _fill_until_full(q, body)
+        delivered = [q.get(block=False) for _ in range(len(q))]
+        for m in delivered:
+            if m.id % 7:  # one of every 7 stays live: about one to a file
+                q.ack(m)
+        st = store.stats()
+        assert st.data_bytes <= limit and st.live_bytes < limit // 4, _files(store)
+        _, on_disk_after_copy = copies_held(monkeypatch, store_path)
+        q.put(body)
+        st = store.stats()
+        assert on_disk_after_copy, "no copy was written"
+        assert max(on_disk_after_copy) <= limit  # never past the cap, copy included
+        assert st.data_bytes <= limit, _files(store)
+        assert st.live_messages == sum(1 for m in delivered if not m.id % 7) + 1
+        assert store.verify() == []
+
+
 def test_a_put_that_fits_once_a_dead_file_is_deleted_is_not_refused(store_path: Path) -> None:
-    # Deleting the dead file leaves room for the put, but not the file of headroom
-    # that space pressure aims for: the file must still be deleted, not the put refused.
+    # Deleting the dead file (no copy needed) makes room for the put: the file must
+    # be deleted, not the put refused.
     with _open(store_path, max_store_size=4 * MFS, sync_interval=3600) as store:
         q = store.queue("q")
-        for _ in range(254):  # 63 to a file: almost 4 files
-            q.put(b"x" * 1000)
+        _fill_until_full(q, b"x" * 1000)  # 63 to a file: 3 files, all the puts' room
         for _ in range(63):
             q.ack(q.get(block=False))  # the first file now holds nothing needed
         first = store.stats().files[0]
@@ -212,16 +248,15 @@ def test_a_put_that_fits_once_a_dead_file_is_deleted_is_not_refused(store_path: 
 def test_a_put_whose_room_other_puts_took_compacts_again_before_it_is_refused(
     store_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The put's space check found room for it (short of the file of headroom a pass
-    # aims for, with nothing dead to reclaim). Before it is written, another put takes
-    # that room and a whole file's messages are acked: it fits once that file is gone,
-    # so it must be stored, not refused.
+    # The put's space check found room for it. Before it is written, another put
+    # takes that room and a whole file's messages are acked: it fits once that file
+    # is gone, so it must be stored, not refused.
     limit = 8 * MFS
     with _open(store_path, max_store_size=limit, sync_interval=3600) as store:
         consumed, live = store.queue("consumed"), store.queue("live")
         for _ in range(63):  # file 1, whole
             consumed.put(b"c" * 1000)
-        while limit - store.stats().data_bytes > 41_000:
+        while limit - MFS - store.stats().data_bytes > 41_000:  # puts leave MFS
             live.put(b"l" * 1000)
         delivered = [consumed.get(block=False) for _ in range(63)]
         real_ensure_room = store._ensure_room

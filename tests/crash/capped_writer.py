@@ -10,9 +10,9 @@ to DLQ.work), and acks the oldest dead letters beyond PINS: a small pinned set s
 over the files, which compaction has to copy. Passes run every few milliseconds and
 the cap is a few data files above the live data.
 
-A put waits for a pass (``Store._wait_for_pass``) only when the copy that pass is
-writing started between the put's space-pressure check and its write, a gap of
-microseconds. So that it happens every second or so rather than every few minutes,
+A put waits for a pass (``Store._wait_for_pass``) only when, between the put's
+space-pressure check and its write (a gap of microseconds), other puts took the room
+the check found while a pass has started its copy and not yet deleted its victims. So that it happens every second or so rather than every few minutes,
 each put that passed the check lingers in that gap (as a preempted thread would)
 until a copy is under way, for at most LINGER seconds.
 
@@ -43,10 +43,9 @@ import msgcask
 MAX_FILE_SIZE = 64 * 1024
 MAX_STORE_SIZE = 5 * MAX_FILE_SIZE
 PRODUCERS = 3
-# Large messages, so that the other puts landing in one put's gap add up to what a
-# copy leaves of the room; yet they stay under a data file (two producers' and a
-# dead letter's, under 52 KB), so that without a copy under way the put still fits
-# in the data file of headroom space pressure keeps.
+# Large messages, so that the other puts landing in one put's gap can take the room
+# its check found; yet they stay well under a data file (two producers' and a dead
+# letter's, under 52 KB), so that the pass they then wait for frees enough for all.
 LARGE = (8_000, 24_000)
 SMALL = (500, 3_000)
 SMALL_SHARE = 0.2
@@ -103,7 +102,7 @@ def main() -> None:
     def ensure_room_then_linger(size: int) -> None:
         ensure_room(size)
         until = time.monotonic() + LINGER
-        while not store._copy_bytes and time.monotonic() < until:
+        while not store._victims_going and time.monotonic() < until:
             time.sleep(0.0002)
 
     store._ensure_room = ensure_room_then_linger  # type: ignore[method-assign]

@@ -147,7 +147,6 @@ def plan(
     budget: int,
     small_file: int,
     min_gain: int = 0,
-    hard_budget: bool = False,
     read_budget: int | None = None,
     file_room: int | None = None,
     defer: frozenset[int] = frozenset(),
@@ -160,8 +159,6 @@ def plan(
     two or more of them.
     ``min_gain``: a file is rewritten only if that frees at least this many
     bytes (so a nearly full file is not copied to save its header).
-    ``hard_budget``: the budget binds the first victim too (the copy must fit
-    in the room left under ``max_store_size``).
     ``read_budget``: bytes of victims a pass may read (the first victim is
     always allowed); None for no limit.
     ``file_room``: bytes a compacted file holds past its header: its MANIFEST
@@ -184,7 +181,7 @@ def plan(
     for f in candidates:
         if len(rewrite) == MAX_MANIFEST_VICTIMS:
             break
-        if (rewrite or hard_budget) and spent + f.copy_cost > budget:
+        if rewrite and spent + f.copy_cost > budget:
             continue
         if rewrite and read_budget is not None and read + f.size > read_budget:
             continue

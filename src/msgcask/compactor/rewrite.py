@@ -87,15 +87,6 @@ def _found(found: needed.Needed) -> _Found:
     )
 
 
-def past_the_cap(store: Store) -> bool:
-    """Whether the data files are past ``max_store_size``: ACK and DELIVER records
-    are written past it, so consumers can always drain. No put fits then, and a
-    copy under the cap never would, so a pass may write one past it (at most a
-    data file, as always): deleting its victims is the only way back under."""
-    limit = store.options.max_store_size
-    return limit is not None and store._data_bytes > limit
-
-
 def rewrite(
     store: Store,
     victims: list[int],
@@ -118,7 +109,6 @@ def rewrite(
         with store._lock:
             store._acct.rewriting.difference_update(victims)
             with store._append_lock:
-                store._copy_bytes = 0  # a copy not swapped in is gone
                 store._victims_going = False  # deleted, or kept for a later pass
 
 
@@ -194,20 +184,10 @@ def _rewrite(
     if not copies:  # everything died since the plan: plain deletion will do
         return RewriteResult(reclaim(store, victims), tuple(skipped))
 
-    need = (
-        fmt.FILE_HEADER_SIZE
-        + len(codec.encode_manifest(victims))
-        + sum(len(copy.data) for copy in copies)
-    )
-    limit = store.options.max_store_size
     with store._lock, store._append_lock:
-        # The room the plan measured may have been taken by puts since: a copy
-        # that no longer fits under the cap beside its victims is not written.
-        # Once it is started, puts count it as taken until the swap adds it.
-        if limit is not None and store._data_bytes + need > limit and not past_the_cap(store):
-            log.debug("msgcask: no room left under max_store_size for the copy of %s", victims)
-            return RewriteResult(CompactionReport(), tuple(skipped))
-        store._copy_bytes = need
+        # A put that does not fit from now on waits for the pass to delete its
+        # victims. The copy needs no room check: puts leave a data file's worth
+        # under max_store_size for it (Store._put_limit).
         store._victims_going = True
     out_id, id_floor, out, offsets = _write_output(store, victims, copies)
     wrote(out.size)
@@ -243,7 +223,6 @@ def _rewrite(
             )
             with store._append_lock:  # puts add to it under that lock alone
                 store._data_bytes += out.size
-                store._copy_bytes = 0
         # In the store's files now (stats() lists it): what the pass copied.
         copied(CompactionReport(bytes_copied=out.size))
         catalog = store._catalog

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, cast
 from msgcask.compactor import policy
 from msgcask.compactor.failure_log import RepeatedFailureLog, SaidOnce
 from msgcask.compactor.reclaim import DeletionFailed, finish_deletions, reclaim
-from msgcask.compactor.rewrite import past_the_cap, rewrite
+from msgcask.compactor.rewrite import rewrite
 from msgcask.errors import ClosedError, Error, IndexFailedError
 from msgcask.index.accounting import FileAccount
 from msgcask.stats import CompactionReport, CompactionStats, hidden_puts, unreadable
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("msgcask")
 
 _MAX_RECLAIM_ROUNDS = 64
-_MANIFEST_ROOM = 4096  # header and MANIFEST of a compacted file, generously
 _READ_BUDGET_FILES = 8  # data files' worth of victims one pass may read
 # The same for a scheduled pass. Victims go only when their pass ends, so while
 # a backlog drains (every drained file a victim, as under dlq-heavy) short
@@ -66,7 +65,6 @@ class Compactor:
         # Sealed journal files' highest PUT id, read once (needed.highest_put_id).
         self.highest_put_ids: dict[int, int | None] = {}
         self._deletion_failures = RepeatedFailureLog("deleting emptied data files")
-        self._space_failures = RepeatedFailureLog("compaction for a put that fits")
 
     def damage(self, file_id: int) -> str:
         """Why a pass keeps data file ``file_id`` whatever its counts say, in
@@ -113,7 +111,6 @@ class Compactor:
         threshold: float,
         budget: int,
         *,
-        hard: bool = False,
         read_files: int = _READ_BUDGET_FILES,
         defer: frozenset[int] = frozenset(),
     ) -> policy.Plan:
@@ -126,7 +123,6 @@ class Compactor:
             budget=budget,
             small_file=max_file_size // 8,
             min_gain=policy.min_gain_for(max_file_size),
-            hard_budget=hard,
             read_budget=read_files * max_file_size,
             file_room=max_file_size - fmt.FILE_HEADER_SIZE,
             defer=defer,
@@ -298,21 +294,14 @@ class Compactor:
         )
         return bool(progressed) or written_since >= self._store.options.max_file_size
 
-    def _budget(self, budget: int | None) -> tuple[int, bool]:
-        """The bytes this pass may copy, and whether that is a hard limit."""
-        store = self._store
-        options = store.options
+    def _budget(self, budget: int | None) -> int:
+        """The bytes this pass may copy. With ``max_store_size`` set, the copy
+        fits in the data file's worth that puts leave under the cap
+        (``Store._put_limit``): no other limit is needed."""
+        options = self._store.options
         budget = options.compaction_budget if budget is None else budget
         # One pass writes one compacted file: keep it within max_file_size.
-        budget = min(budget, options.max_file_size - 2 * fmt.FILE_HEADER_SIZE)
-        if options.max_store_size is None:
-            return budget, False
-        if past_the_cap(store):
-            return budget, True
-        # The copy is written before its victims are deleted: it must fit in the
-        # room left under max_store_size, even for the first victim.
-        headroom = options.max_store_size - store._data_bytes - 2 * fmt.FILE_HEADER_SIZE
-        return max(min(budget, headroom - _MANIFEST_ROOM), 0), True
+        return min(budget, options.max_file_size - 2 * fmt.FILE_HEADER_SIZE)
 
     def _pass(
         self,
@@ -330,16 +319,9 @@ class Compactor:
         try:
             done.add(finish_deletions(store))
             self._seal_sparse_head(threshold, idle)
-            limit, hard = self._budget(budget)
+            limit = self._budget(budget)
             self._reclaim_all(threshold, limit, done)
-            limit, hard = self._budget(budget)  # deletions made room
-            # Past the cap a copy goes past it too: only files the schedule
-            # would rewrite anyway (sparse ones) are worth that, not a nearly
-            # full file copied whole to free a few dead bytes.
-            rewrite_below = threshold
-            if past_the_cap(store):
-                rewrite_below = min(threshold, store.options.compaction_threshold)
-            plan = self._plan(rewrite_below, limit, hard=hard, read_files=read_files, defer=defer)
+            plan = self._plan(threshold, limit, read_files=read_files, defer=defer)
             if plan.rewrite:
                 # Files drained while the victims are read go at once, not after
                 # the pass (under a fast drain, a pass that takes a second would
@@ -444,41 +426,23 @@ class Compactor:
         self._written_at_last_start = written
         return True
 
-    def make_room(self, needed: int, limit: int) -> None:
+    def make_room(self, needed: int) -> None:
         """Space pressure: compact every file with any dead bytes, sealing the
         write head first if it is what holds them, until ``needed`` more bytes
-        and one data file of headroom (room for a later pass's copy) fit under
-        ``limit``, or nothing more can be freed. Waits for a running pass first:
-        the files it is deleting are about to be free."""
+        fit under the puts' limit (``Store._put_limit``), or nothing more can be
+        freed. Waits for a running pass first: the files it is deleting are
+        about to be free. A pass that fails raises: it says why the put cannot
+        be stored."""
         store = self._store
-        target = needed + store.options.max_file_size
         # A put waits for the running pass, and for the ones run here: they
         # run forced (``Pacer.forced``).
         with store._pacer.forcing(), self._mutex:
             store._check_open()  # close() may have run while this waited
             for _ in range(3):
-                if store._data_bytes + target <= limit:
-                    return
-                floor = self._floor()
-                fits = store._fits(needed)
-                # A pass is worth it if it can bring back the headroom, or if the
-                # record does not fit now and can once dead bytes are gone (a
-                # deletable file needs no room for a copy). Else it copies in vain.
-                if floor + target > limit and (fits or floor + needed > limit):
-                    return
-                try:
-                    self._pass(1.0, target)  # capped by the room left (_budget)
-                except (ClosedError, IndexFailedError):
-                    raise
-                except Error as e:
-                    if not fits:
-                        raise  # says why the put cannot be stored
-                    # The record fits without the headroom: store it, and let a
-                    # later pass retry (a later put under pressure, or the schedule).
-                    self._space_failures.failed(e)
-                    return
-                self._space_failures.succeeded()
-                if store._data_bytes + target <= limit:
+                if store._fits(needed) or not self._may_fit(needed):
+                    return  # else a pass copies in vain (a file that is all dead needs no copy)
+                self._pass(1.0, store.options.max_file_size)  # all one copy holds
+                if store._fits(needed):
                     return
                 # The dead bytes may be in the write head, which a pass never
                 # touches: seal it so the next pass can, if that pass would take
@@ -504,11 +468,16 @@ class Compactor:
 
     def may_make_room(self, needed: int) -> bool:
         """Whether space pressure run again may make room for ``needed`` bytes
-        refused under max_store_size: a pass is running (what it frees was not
+        refused under the puts' limit: a pass is running (what it frees was not
         there to find), or freeing all a pass can would leave room (acks may
         have emptied files since, or other puts taken the room found)."""
-        limit = self._store.options.max_store_size
-        return limit is None or self._mutex.locked() or self._floor() + needed <= limit
+        return self._mutex.locked() or self._may_fit(needed)
+
+    def _may_fit(self, needed: int) -> bool:
+        """Whether ``needed`` bytes would fit under the puts' limit once a pass
+        has freed all it can."""
+        limit = self._store._put_limit()
+        return limit is None or self._floor() + needed + fmt.FILE_HEADER_SIZE <= limit
 
 
 def _view(account: FileAccount, age: float, active: bool) -> policy.FileView:
