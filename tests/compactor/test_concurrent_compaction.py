@@ -62,8 +62,8 @@ def test_compaction_from_every_trigger_at_once_keeps_puts_minus_acks(
                 try:
                     msg_id = q.put(body, headers={"k": str(k)}, priority=rnd.randrange(10))
                 except msgcask.StoreFullError as e:
-                    # Fair only when live data really fills the store (within the
-                    # headroom kept for compaction): then wait for the consumer.
+                    # Fair only when live data really fills the store (but for the
+                    # data file puts leave for compaction): then wait for the consumer.
                     live = int(re.search(r"of which (\d+) bytes are live", str(e))[1])  # type: ignore[index]
                     if live < LIMIT - 4 * MFS or time.monotonic() > give_up:
                         raise

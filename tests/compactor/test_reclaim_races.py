@@ -171,9 +171,9 @@ class PeakFS(FileSystem):
 
 def test_compaction_never_takes_the_disk_over_max_store_size(tmp_path: Path) -> None:
     # Six or seven sealed files 40% live under an 8-file limit: the put path never felt
-    # pressure. The copy is written before its victims are deleted, so a pass may only
-    # copy what fits in the headroom: an uncapped pass (threshold 0.5, budget 64 MiB)
-    # would write ~2.5 files on top of 7 in an 8-file store.
+    # pressure. The copy is written before its victims are deleted, so it must fit in
+    # the data file's worth puts leave under the cap: a pass copying 40% of seven
+    # files at once would write ~2.5 files on top of 7 in an 8-file store.
     path = tmp_path / "store"
     limit = 8 * MFS
     fs = PeakFS(path)

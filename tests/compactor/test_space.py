@@ -97,8 +97,8 @@ def test_store_full_only_when_live_data_fills_it_and_changes_nothing(tmp_path: P
         q = store.queue("full")
         error = _fill_until_full(q, b"x" * 1000)
         st = store.stats()
-        # Refused only once live data is within a file of the limit (one file of
-        # headroom is kept for a compaction's own copy).
+        # Refused only once live data is within a file of the limit (puts leave one
+        # data file under it for compaction's copies).
         assert st.live_bytes >= limit - 2 * MFS, (
             f"refused at {st.live_bytes} live bytes of {limit}: {_files(store)}"
         )
