@@ -41,7 +41,7 @@ import time
 import msgcask
 
 MAX_FILE_SIZE = 64 * 1024
-MAX_STORE_SIZE = 5 * MAX_FILE_SIZE
+MAX_STORE_SIZE = 6 * MAX_FILE_SIZE  # puts may fill all but one file of it
 PRODUCERS = 3
 # Large messages, so that the other puts landing in one put's gap can take the room
 # its check found; yet they stay well under a data file (two producers' and a dead
