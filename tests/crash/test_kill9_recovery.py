@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -110,3 +111,34 @@ def test_kill9_during_index_rebuild_converges_to_the_journal_state(
                 # Deliveries are counted once, however many rebuilds replayed them.
                 assert m.deliveries == deliveries.get(m.id, 0) + 1, m.id
                 q.ack(m)
+
+
+@pytest.mark.crash
+def test_kill9_after_a_committed_rebuild_step_starts_the_rebuild_over(
+    store_path: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    verify: Callable[[msgcask.Store], None],
+) -> None:
+    # A rebuild commits the index in steps of about 200,000 changes (two per message):
+    # more messages than that make it commit before it ends.
+    per_batch, batches = 1000, 110
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        q = store.queue("q")
+        for b in range(batches):
+            q.put_many([b"%07d" % (b * per_batch + i) for i in range(per_batch)])
+        ids = [m.id for m in q.browse()]
+    shutil.rmtree(store_path / "index")
+
+    monkeypatch.setenv("MSGCASK_CRASH_AT", "recovery.after_rebuild_step")  # the child's
+    out = tmp_path / "opener.out"
+    with child_process([sys.executable, str(OPENER), str(store_path)], out) as opener:
+        opener.proc.wait(timeout=120)
+        assert opener.proc.returncode == -signal.SIGKILL, opener.stderr()
+    assert out.read_bytes() == b"S\n", "the open was killed before it returned"
+
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        assert store.recovery.mode == "rebuild"
+        assert store.recovery.reason == "the index has no format version (new or incomplete)"
+        assert [m.id for m in store.queue("q").browse()] == ids
+        verify(store)

@@ -226,10 +226,11 @@ class IndexEnv:
                 yield bytes(key), bytes(value)
 
     def clear_all(self) -> None:
-        """Empty every table (before a rebuild)."""
+        """Empty every table (before a rebuild). The format version goes too: the
+        rebuild writes it once it has ended, so an index its steps committed
+        says it was never completed."""
         for db in (self.meta, self.queues, self.order, self.msgs, self.files):
             self.txn.drop(db, delete=False)
-        self.put_u64(keys.META_FORMAT, INDEX_FORMAT_VERSION)
 
 
 def remove_index(path: str) -> None:

@@ -21,8 +21,8 @@ interrupts every other CPU running this process to flush its TLB, which stalls
 a put running there as often as there are pages.
 
 ``crash_point(name)`` marks the places where a crash is most interesting
-(before and after each fsync, swap and delete of a compaction, and the rename
-of a shrunk index file). A process run
+(before and after each fsync, swap and delete of a compaction, the rename
+of a shrunk index file, and each committed step of a rebuild). A process run
 with ``MSGCASK_CRASH_AT=name`` kills itself with SIGKILL on reaching it, so crash
 tests exercise real process death at an exact step.
 """

@@ -41,7 +41,7 @@ from msgcask.plural import counted
 from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.filenames import INDEX_DIR, data_file_ids, data_file_name, parse_data_file_name
-from msgcask.store.fs import TEMP_SUFFIX, DataFile, FileSystem
+from msgcask.store.fs import TEMP_SUFFIX, DataFile, FileSystem, crash_point
 from msgcask.store.manifest_rule import MAX_MANIFEST_BYTES, parse_manifest, redundant_files
 
 log = logging.getLogger("msgcask")
@@ -189,6 +189,7 @@ def _bound_transaction(env: IndexEnv) -> None:
     rebuild is simply started again on the next open."""
     if env.changes > 200_000:
         env.commit()
+        crash_point("recovery.after_rebuild_step")
 
 
 def _torn_creation(handle: DataFile, raw: bytes, file_id: int, names: list[str]) -> bool:
