@@ -123,6 +123,33 @@ def test_power_cut_with_sync_always_and_concurrent_writers(store_path: Path, ind
         assert live_ids(store) == set(returned)
 
 
+@pytest.mark.parametrize("index", INDEX)
+@pytest.mark.parametrize("operation", ["purge", "delete_queue", "dead-letter move"])
+def test_power_cut_with_sync_always_keeps_what_a_purge_delete_or_dead_letter_move_did(
+    store_path: Path, fs: FaultyFileSystem, operation: str, index: str
+) -> None:
+    # Each writes its ACK records (and a dead-letter move its copy) and must have
+    # fsynced them before it returns, like a single put or ack.
+    store = open_store(store_path, fs, sync="always")
+    q = store.queue("q", max_deliveries=1)
+    ids = [q.put(body(i)) for i in range(20)]
+    if operation == "purge":
+        assert q.purge() == len(ids)
+    elif operation == "delete_queue":
+        assert store.delete_queue("q") == len(ids)
+    else:
+        m = q.get(block=False)
+        q.nack(m)  # its one delivery was its last: into DLQ.q
+    power_cut(store, fs, index)
+    with reopen(store_path) as store:
+        if operation == "dead-letter move":
+            assert live_ids(store) == set(ids) - {m.id}
+            [copy] = store.queue("DLQ.q").browse()
+            assert (bytes(copy.body), copy.headers["x-original-id"]) == (body(0), str(m.id))
+        else:
+            assert "q" not in store.queues()
+
+
 def test_power_cut_without_sync_loses_unsynced_puts(store_path: Path) -> None:
     # The control: the fault injection really drops bytes, so the tests above can fail.
     fs = FaultyFileSystem()
