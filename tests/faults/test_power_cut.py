@@ -318,6 +318,25 @@ def test_power_cut_tearing_a_put_drops_only_that_put(store_path: Path, torn: int
         assert len(survivors) == len(synced) + (torn >= size)
 
 
+def test_the_truncation_of_a_torn_tail_is_fsynced_even_with_sync_never(
+    store_path: Path, fs: FaultyFileSystem
+) -> None:
+    # Appends after the open go where the torn bytes were: the cut must be on disk first.
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        store.queue("q").put(body(0))
+    [head] = sorted(store_path.glob("*.log"))
+    with head.open("ab") as f:
+        f.write(codec.encode_put(99, b"q", 4, 0, b"", body(99))[:100])
+    store = open_store(store_path, fs, sync="never")
+    try:
+        [report] = store.recovery.corruptions
+        assert (report.action, report.length) == ("truncated", 100)
+        # A clean open with sync="never" fsyncs no data file but for the cut.
+        assert fs.fsyncs == 1
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("index", INDEX)
 def test_power_cut_with_sync_never_keeps_what_was_written_back(
     store_path: Path, index: str
