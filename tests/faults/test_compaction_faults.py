@@ -205,6 +205,42 @@ def test_failed_directory_fsync_after_deleting_files_raises_msgcask_error(
         assert reopened.verify() == []
 
 
+@pytest.mark.parametrize("pass_", ["deletes whole", "rewrites"])
+def test_the_acks_a_pass_relies_on_are_fsynced_before_it_commits_a_retirement(
+    store_path: Path, fs: FaultyFileSystem, monkeypatch: pytest.MonkeyPatch, pass_: str
+) -> None:
+    # sync="periodic" and no background flush: the ACKs that make the files dead
+    # are in the page cache only, until the pass makes them durable itself.
+    store = open_store(store_path, fs)
+    if pass_ == "rewrites":
+        sparse_store(store)
+    else:
+        q = store.queue("q")
+        for i in range(500):
+            q.put(body(i))
+        delivered = [q.get(block=False) for _ in range(500)]
+        with store._lock:
+            store._roll_over()  # a head of needed ACKs, which no pass seals
+        for m in delivered:
+            q.ack(m)
+    head = store._journal.head
+    assert fs.synced[head.path] < head.size, "test setup: ACKs not yet durable"
+    unsynced_at_commits: list[int] = []  # bytes of the journal not durable, per commit
+    commit = store._env.commit
+
+    def spy() -> None:
+        if any(a.retired for a in store._acct.files.values()):
+            unsynced_at_commits.append(head.size - fs.synced[head.path])
+        commit()
+
+    monkeypatch.setattr(store._env, "commit", spy)
+    report = store.compact(threshold=0.5)
+    assert report.files_deleted if pass_ == "deletes whole" else report.files_rewritten
+    assert store._journal.head is head  # not sealed (which would fsync it)
+    assert unsynced_at_commits and set(unsynced_at_commits) == {0}
+    store.close()
+
+
 class FailsFsyncsAfterACopy(FaultyFileSystem):
     """Every fsync fails (EIO) once a compacted file has been published."""
 
