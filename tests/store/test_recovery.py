@@ -366,8 +366,18 @@ def test_index_without_a_checkpoint_forces_a_rebuild(store_path: Path) -> None:
         assert store.verify() == []
 
 
-@pytest.mark.parametrize("key", [keys.META_CHECKPOINT, keys.META_CLEAN])
-def test_a_damaged_checkpoint_or_clean_flag_makes_the_index_rebuilt(
+@pytest.mark.parametrize(
+    "key",
+    [
+        keys.META_CHECKPOINT,
+        keys.META_CLEAN,
+        keys.META_FORMAT,
+        keys.META_NEXT_ID,
+        keys.META_NEXT_QUEUE,
+        keys.META_NEXT_FILE,
+    ],
+)
+def test_a_damaged_checkpoint_or_meta_counter_makes_the_index_rebuilt(
     store_path: Path, key: bytes
 ) -> None:
     # LMDB has no page checksums: a damaged page can hand back a value of the wrong

@@ -301,6 +301,10 @@ class Recovery:
         self.report.unclean = not clean
         if not clean and env.get_meta(keys.META_BOOT) != boot_id():
             raise NeedsRebuild("the store was not closed cleanly before the last reboot")
+        # Every counter is read here, so one of the wrong length (LMDB has no page
+        # checksums) makes the index rebuilt rather than fail the open or a later call.
+        for counter in (keys.META_NEXT_ID, keys.META_NEXT_QUEUE, keys.META_NEXT_FILE):
+            env.get_u64(counter)
         raw = env.get_meta(keys.META_CHECKPOINT)
         if raw is None:
             raise NeedsRebuild("the index has no checkpoint")
