@@ -30,7 +30,7 @@ from faulty_fs import FaultyFileSystem
 import msgcask
 from msgcask.cli.main import main
 from msgcask.compactor.runner import Compactor
-from msgcask.index.env import IndexEnv
+from msgcask.index.env import IndexEnv, IndexUnusable
 from msgcask.store import disk_advice
 
 FailCommits = Callable[..., None]
@@ -591,6 +591,27 @@ def test_a_shrink_whose_copy_finds_a_damaged_index_page_fails_the_index(
         store.compact()
     store._env.env = store._env.env.real  # type: ignore[attr-defined]
     store.close()
+    with msgcask.open(store_path, compaction_interval=None) as reopened:
+        assert reopened.recovery.mode == "rebuild"
+        assert len(reopened.queue("q")) == 10
+
+
+def test_a_shrink_that_cannot_reopen_the_index_fails_the_index(store_path: Path) -> None:
+    # The copy is in place, but the environment does not open again: the store
+    # has no index to go on with, so it is failed, and the next open rebuilds it.
+    store = quiet_store(store_path)
+    _sparse_index(store)
+
+    def cannot_open() -> None:
+        raise IndexUnusable("cannot open the index: Input/output error (injected)")
+
+    store._env._open = cannot_open  # type: ignore[method-assign]
+    with pytest.raises(msgcask.IndexFailedError, match=r"Input/output error \(injected\)"):
+        store.compact()
+    with pytest.raises(msgcask.IndexFailedError):
+        store.queue("q").put(b"refused")
+    store.close()
+    assert not (store_path / "index").exists()
     with msgcask.open(store_path, compaction_interval=None) as reopened:
         assert reopened.recovery.mode == "rebuild"
         assert len(reopened.queue("q")) == 10

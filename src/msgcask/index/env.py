@@ -123,11 +123,13 @@ class IndexEnv:
         crash leaves either file whole; a leftover copy is removed on open.
         Raises ShrinkFailed if there is no room for the copy, or it cannot be
         renamed (the file is then as it was). Any other LMDB error while copying
-        (a damaged page) is raised as it is: an index failure.
+        (a damaged page) is raised as it is, and a failure to open the index
+        again as an lmdb.Error saying why: an index failure.
         """
         spare = os.path.join(self.path, SHRINK_DIR)
         shutil.rmtree(spare, ignore_errors=True)
         self.txn.abort()
+        reopen_failure: IndexUnusable | None = None
         try:
             try:
                 os.makedirs(spare)
@@ -151,10 +153,17 @@ class IndexEnv:
                 raise ShrinkFailed(f"cannot put the index copy in place: {e}") from e
             finally:
                 self._open()
+        except IndexUnusable as e:
+            reopen_failure = e
         finally:
             shutil.rmtree(spare, ignore_errors=True)
-            self.txn = self.env.begin(write=True)
-            self.changes = 0
+            if reopen_failure is None:
+                self.txn = self.env.begin(write=True)
+                self.changes = 0
+        if reopen_failure is not None:
+            # No environment to go on with: an LMDB failure for the caller (the
+            # store fails the index), saying why rather than that it is closed.
+            raise lmdb.Error(str(reopen_failure)) from reopen_failure
 
     def sync(self) -> None:
         """Flush committed index pages to disk (a clean close does this)."""
