@@ -27,7 +27,7 @@ from disk_files import index_table
 from msgcask.check import scan_files
 from msgcask.index import keys
 from msgcask.index.accounting import FileAccount
-from msgcask.index.env import INDEX_FORMAT_VERSION, boot_id
+from msgcask.index.env import INDEX_FORMAT_VERSION, IndexEnv, boot_id
 from msgcask.options import MIN_FILE_SIZE
 from msgcask.store import codec
 from msgcask.store import format as fmt
@@ -335,6 +335,34 @@ def test_index_from_this_boot_after_unclean_close_is_replayed(store_path: Path) 
     set_meta(store_path, {keys.META_BOOT: boot_id(), keys.META_CLEAN: keys.U64.pack(0)})
     with open_store(store_path) as store:
         assert store.recovery.mode != "rebuild"
+
+
+def test_the_index_is_fsynced_once_open_clears_its_clean_flag_and_once_close_sets_it(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Commits are not fsynced, but these two are: after a power cut the index on disk
+    # must never claim a clean close it did not have, and a clean close must survive
+    # a reboot (else the boot check would rebuild a cleanly closed store).
+    make_store(store_path)
+    events: list[tuple[str, int]] = []  # ("commit", clean flag committed) or ("sync", 0)
+    commit, sync = IndexEnv.commit, IndexEnv.sync
+
+    def spy_commit(env: IndexEnv) -> None:
+        commit(env)
+        events.append(("commit", env.get_u64(keys.META_CLEAN)))
+
+    def spy_sync(env: IndexEnv) -> None:
+        events.append(("sync", 0))
+        sync(env)
+
+    monkeypatch.setattr(IndexEnv, "commit", spy_commit)
+    monkeypatch.setattr(IndexEnv, "sync", spy_sync)
+    store = open_store(store_path)
+    assert events[-2:] == [("commit", 0), ("sync", 0)]
+    store.queue("q").put(b"one more")
+    store.close()
+    assert events[-2:] == [("commit", 1), ("sync", 0)]
+    assert events.count(("sync", 0)) == 2
 
 
 def test_checkpoint_past_the_journal_end_forces_a_rebuild(store_path: Path) -> None:
