@@ -441,6 +441,39 @@ def test_the_sweep_is_a_replay_per_setting(spark: Any, tmp_path: Path) -> None:
     assert rows[1] == direct
 
 
+def test_each_setting_is_replayed_once_in_a_task_of_its_own(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the sweep promises: the settings run in parallel, not some of them one
+    after another in a shared task, and no replay runs twice (for Spark to
+    sample the rows it sorts, say). Each replay leaves a file naming its task."""
+    from test_replay import record
+
+    import msgcask.pipeline.sweep as sweep_module
+
+    rec, ran = tmp_path / "rec", tmp_path / "ran"
+    record(rec, 60)
+    ran.mkdir()
+    replay = sweep_module.replay
+
+    def replay_saying_where(recording: str, setting: Any, pass_every: int) -> Any:
+        # Pickled with the job (a nested function), and run in a Python worker.
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        where = f"{setting.max_file_size}-stage{task.stageId()}-part{task.partitionId()}"
+        (ran / where).touch(exist_ok=False)
+        return replay(recording, setting, pass_every)
+
+    monkeypatch.setattr(sweep_module, "replay", replay_saying_where)
+    sizes = [SMALL * (i + 1) for i in range(6)]  # the default grid's size
+    rows = sweep_module.sweep(spark, str(rec), sweep_module.settings([0.5], sizes)).collect()
+    assert [r.max_file_size for r in rows] == sizes
+    runs = sorted((int(size), task) for size, task in (p.name.split("-", 1) for p in ran.iterdir()))
+    assert [size for size, _ in runs] == sizes, runs  # each once
+    assert len({task for _, task in runs}) == len(sizes), runs
+
+
 def test_the_sweep_command(spark: Any, tmp_path: Path) -> None:
     from test_replay import record
 

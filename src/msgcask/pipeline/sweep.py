@@ -123,26 +123,24 @@ def replays(spark: SparkSession, recording: str, grid: list[Setting], pass_every
     # (on a cluster, not the command's): a relative path is resolved here, and
     # a file: URI made the path it names.
     recording = os.path.abspath(local_directory_of(recording, "the recording"))
-    frame = spark.createDataFrame(
-        [(float(s.compaction_threshold), s.max_file_size) for s in grid],
-        "compaction_threshold DOUBLE, max_file_size BIGINT",
-    )
+    grid = [Setting(float(s.compaction_threshold), s.max_file_size) for s in grid]
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pandas as pd
 
         for batch in batches:
-            results = [
-                replay(recording, Setting(t, int(size)), pass_every).as_dict()
-                for t, size in zip(
-                    batch["compaction_threshold"], batch["max_file_size"], strict=True
-                )
-            ]
+            results = [replay(recording, grid[i], pass_every).as_dict() for i in batch["id"]]
             if results:
                 yield pd.DataFrame(results, columns=FIELDS)
 
+    # One setting a task: range() splits its ids evenly, a partition each, where
+    # repartition(n) deals rows round-robin from a random start, giving some
+    # tasks two settings to replay one after the other and others none.
     return (
-        frame.repartition(len(grid))
+        spark.range(0, len(grid), 1, numPartitions=len(grid))
         .mapInPandas(run, RESULT_SCHEMA)
-        .orderBy("compaction_threshold", "max_file_size")
+        # Sorted in one partition: orderBy's range partitioning would first run
+        # every replay once more, to sample the rows it sorts.
+        .repartition(1)
+        .sortWithinPartitions("compaction_threshold", "max_file_size")
     )
