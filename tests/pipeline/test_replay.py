@@ -85,16 +85,20 @@ def test_settings_change_the_figures(tmp_path: Path) -> None:
     assert small.max_data_bytes != big.max_data_bytes
 
 
-def test_what_cannot_be_replayed_is_counted(tmp_path: Path) -> None:
-    """A consumer with a selector skipped messages, and a purge acked messages
-    never delivered: neither is in the journal as such."""
-    with msgcask.open(tmp_path / "rec", **RECORDING) as store:
+def record_what_cannot_be_replayed(path: Path) -> None:
+    """A consumer with a selector skips messages (10 gets out of order), and a
+    purge acks messages never delivered (20 acks): neither is in the journal as such."""
+    with msgcask.open(path, **RECORDING) as store:
         queue = store.queue("q")
         for i in range(30):
             queue.put(b"m", headers={"kind": "odd" if i % 2 else "even"})
         for _ in range(10):
             queue.ack(queue.get(block=False, selector=lambda h: h["kind"] == "odd"))
         assert store.queue("q").purge() == 20
+
+
+def test_what_cannot_be_replayed_is_counted(tmp_path: Path) -> None:
+    record_what_cannot_be_replayed(tmp_path / "rec")
     result = replay(str(tmp_path / "rec"), Setting(0.5, SMALL))
     # The replay's plain gets take messages 1, 2, 3, ... where the recording took 2, 4, 6, ...
     assert result.gets_out_of_order == 10

@@ -505,6 +505,21 @@ def test_the_sweep_command(spark: Any, tmp_path: Path) -> None:
     assert result.exit_code == 1 and "not a whole journal" in result.output
 
 
+def test_the_sweep_command_notes_what_it_could_not_replay(spark: Any, tmp_path: Path) -> None:
+    from test_replay import record_what_cannot_be_replayed
+
+    rec = tmp_path / "rec"
+    record_what_cannot_be_replayed(rec)
+    args = ["pipeline", "sweep", str(rec), "--thresholds", "0.5", "--file-sizes", str(SMALL)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    said = (
+        "note: the replay differs from the recording: 10 gets returned another message, "
+        "20 acks of undelivered messages were not replayed, 0 damaged records were skipped"
+    )
+    assert said in result.output, result.output
+
+
 def test_the_sweep_command_parses_the_recording_once_before_the_replays(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
