@@ -87,6 +87,34 @@ def test_without_payload_there_is_no_body_column(tmp_path: Path) -> None:
     assert sorted(live_from_rows(rows)) == sorted(live_from_store(tmp_path))
 
 
+def test_a_batch_is_the_records_it_holds(tmp_path: Path) -> None:
+    """A put_many and a transaction write BATCH records: their rows are the
+    records inside, in order, and the BATCH framing has no row of its own."""
+    with msgcask.open(tmp_path, compaction_interval=None) as store:
+        queue = store.queue("q")
+        ids = queue.put_many([b"a", b"bb", b"ccc"])
+        delivered = queue.get(block=False)
+        with store.transaction() as t:
+            t.put("q", b"dddd")
+            t.ack(delivered)
+    rows = [
+        (r[FIELD["type"]], r[FIELD["msg_id"]], r[FIELD["body"]]) for r in all_rows(tmp_path, True)
+    ]
+    # The transaction (a put, and the ack of the delivered message) comes last.
+    assert rows[:5] == [
+        ("file", None, None),
+        ("put", ids[0], b"a"),
+        ("put", ids[1], b"bb"),
+        ("put", ids[2], b"ccc"),
+        ("deliver", ids[0], None),
+    ], rows
+    assert [(kind, body) for kind, _, body in rows[5:]] == [("put", b"dddd"), ("ack", None)], rows
+    assert rows[6][1] == delivered.id
+    # The first put starts after the BATCH record that frames put_many's three.
+    first_put = next(r for r in all_rows(tmp_path) if r[FIELD["type"]] == "put")
+    assert first_put[FIELD["offset"]] == fmt.FILE_HEADER_SIZE + len(codec.encode_batch_header(3, 0))
+
+
 def test_a_damaged_record_is_a_damage_row_and_the_rest_are_read(
     tmp_path: Path, data_files: Any
 ) -> None:
