@@ -115,6 +115,19 @@ def test_a_batch_is_the_records_it_holds(tmp_path: Path) -> None:
     assert first_put[FIELD["offset"]] == fmt.FILE_HEADER_SIZE + len(codec.encode_batch_header(3, 0))
 
 
+def test_the_space_a_write_head_allocates_ahead_is_no_damage(tmp_path: Path) -> None:
+    """Read while the store is open: its write head runs on past its records in
+    zeros allocated ahead of the writes, which are neither damage nor rows."""
+    with msgcask.open(tmp_path, compaction_interval=None) as store:
+        ids = [store.queue("q").put(b"x" * 100) for _ in range(5)]
+        (head,) = list_data_files(str(tmp_path))
+        rows = list(file_rows(head, False))
+        ends = max(r[FIELD["offset"]] + r[FIELD["size"]] for r in rows if r[FIELD["type"]] == "put")
+        assert rows[0][FIELD["size"]] > ends  # the allocated tail is there to be read
+    assert [r[FIELD["type"]] for r in rows] == ["file"] + ["put"] * 5, rows
+    assert [r[FIELD["msg_id"]] for r in rows[1:]] == ids
+
+
 def test_a_damaged_record_is_a_damage_row_and_the_rest_are_read(
     tmp_path: Path, data_files: Any
 ) -> None:
