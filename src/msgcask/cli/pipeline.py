@@ -262,6 +262,16 @@ class _Setting(click.ParamType):
         return number
 
 
+def sweep_line(row: dict[str, Any]) -> str:
+    """One setting's line of the sweep's table: a row of ``sweep.FIELDS``."""
+    return (
+        f"{row['compaction_threshold']:>9.2f} {row['max_file_size']:>10} "
+        f"{row['max_disk_over_live']:>13.2f} {row['final_disk_over_live']:>6.2f} "
+        f"{row['write_amplification']:>9.3f} {row['passes']:>6} {row['files_rewritten']:>9} "
+        f"{row['bytes_copied']:>10} {row['seconds']:>7.1f}"
+    )
+
+
 @pipeline.command()
 @click.argument("recording", type=click.Path(exists=True, file_okay=False))
 @MASTER
@@ -315,12 +325,7 @@ def sweep(
         f"{'write amp':>9} {'passes':>6} {'rewritten':>9} {'copied':>10} {'seconds':>7}"
     )
     for r in rows:
-        click.echo(
-            f"{r['compaction_threshold']:>9.2f} {r['max_file_size']:>10} "
-            f"{r['max_disk_over_live']:>13.2f} {r['final_disk_over_live']:>6.2f} "
-            f"{r['write_amplification']:>9.3f} {r['passes']:>6} {r['files_rewritten']:>9} "
-            f"{r['bytes_copied']:>10} {r['seconds']:>7.1f}"
-        )
+        click.echo(sweep_line(r))
     unfaithful = [
         r for r in rows if r["gets_out_of_order"] or r["acks_not_replayed"] or r["damaged_records"]
     ]
