@@ -715,6 +715,37 @@ def test_pipeline_audit_transcript_is_what_its_snippet_makes(tmp_path: Path) -> 
     ]
 
 
+def test_pipeline_sweep_transcript_is_what_its_replays_give(tmp_path: Path) -> None:
+    """A sweep's figures are its replays' (tests/pipeline checks a sweep's rows are
+    replay()'s), the same every run, so the transcript, made with the default
+    settings, is checked against replay() without Spark: all but the seconds."""
+    from msgcask.cli.pipeline import sweep as sweep_command
+    from msgcask.cli.pipeline import sweep_line
+    from msgcask.pipeline.replay import replay
+    from msgcask.pipeline.sweep import settings
+
+    doc_path = "/tmp/dlq-recording"
+    run_snippet(snippet_making(DOCS / "pipeline.md", doc_path), tmp_path)
+    text = (DOCS / "pipeline.md").read_text(encoding="utf-8")
+    (lines,) = [
+        out for cmd, out in transcripts(text) if cmd == f"msgcask pipeline sweep {doc_path}"
+    ]
+    defaults = {
+        p.name: p.type.convert(p.default, p, None)
+        for p in sweep_command.params
+        if p.name in ("thresholds", "file_sizes")
+    }
+    grid = settings(defaults["thresholds"], defaults["file_sizes"])
+    documented = [line.split() for line in lines[1:-1]]
+    assert [(float(row[0]), int(row[1])) for row in documented] == [
+        (s.compaction_threshold, s.max_file_size) for s in grid
+    ]
+    for setting, row in zip(grid, documented, strict=True):
+        result = replay(tmp_path / "dlq-recording", setting)
+        assert sweep_line(result.as_dict()).split()[:-1] == row[:-1], setting
+    assert lines[-1] == f"{result.records} records replayed per setting"
+
+
 def test_pipeline_sweep_columns_are_documented() -> None:
     from msgcask.pipeline import sweep
 
