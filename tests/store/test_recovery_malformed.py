@@ -33,6 +33,8 @@ MALFORMED = {
     "queue name over 255 bytes": _with_queue_len(256),
     "queue name past the record": _with_queue_len(3),
     "priority out of range": codec.encode_put(2, b"q", 200, 0, b"", b"x"),
+    "priority one above the highest": codec.encode_put(2, b"q", fmt.MAX_PRIORITY + 1, 0, b"", b"x"),
+    "empty queue name": codec.encode_put(2, b"", 4, 0, b"", b"x"),
     "headers not decodable": codec.encode_put(2, b"q", 4, 0, b"\x05\x00zz", b"x"),
 }
 
@@ -67,6 +69,9 @@ SHORT = {
     "MANIFEST of 2 bytes": codec.frame(fmt.TYPE_MANIFEST, b"\x01\x00"),
     "MANIFEST naming more files than it holds": codec.frame(
         fmt.TYPE_MANIFEST, fmt.MANIFEST_COUNT.pack(3) + fmt.MANIFEST_ENTRY.pack(7)
+    ),
+    "MANIFEST holding more than the files it names": codec.frame(
+        fmt.TYPE_MANIFEST, fmt.MANIFEST_COUNT.pack(1) + fmt.MANIFEST_ENTRY.pack(7) + b"\x00"
     ),
 }
 
