@@ -134,6 +134,14 @@ class TestRoundTrip:
         assert codec.read_put(flip(raw, len(raw) - 1)) is None  # body bit flip
         assert codec.read_put(codec.encode_ack(1)) is None  # not a PUT
 
+    def test_put_meta_rejects_headers_that_run_past_the_record(self) -> None:
+        raw = bytearray(put(1, b"", headers={"k": "v"}))
+        headers_len_at = fmt.RECORD_HEADER_SIZE + fmt.PUT_FIXED_SIZE - 4  # the last fixed field
+        (hlen,) = struct.unpack_from("<I", raw, headers_len_at)
+        struct.pack_into("<I", raw, headers_len_at, hlen + 1)
+        with pytest.raises(ValueError, match="overrun"):
+            codec.decode_put_meta(raw, fmt.RECORD_HEADER_SIZE, len(raw))
+
     def test_decode_headers_rejects_trailing_bytes(self) -> None:
         with pytest.raises(ValueError):
             codec.decode_headers(codec.encode_headers({"a": "b"}) + b"x")
@@ -263,6 +271,12 @@ class TestScan:
         assert len(records_of(items)) == 2
         [damage] = damages_of(items)
         assert (damage.offset, damage.at_tail, damage.unused) == (len(good), True, False)
+
+    def test_a_record_right_after_one_stray_byte_is_kept(self) -> None:
+        first, second = put(1), put(2)
+        items = list(codec.scan(first + b"\x07" + second, 0, head=True))
+        assert [r.offset for r in records_of(items)] == [0, len(first) + 1]
+        assert damages_of(items) == [Damage(len(first), 1, "unknown record type 0x00", False)]
 
     def test_bad_first_record_then_good_ones(self) -> None:
         parts = three_records()
@@ -402,6 +416,39 @@ class TestScanBatch:
             header + len(members[0]) + len(members[1]),
         ]
         assert len(damages_of(items)) == 1 and not damages_of(items)[0].at_tail
+
+    def test_records_past_a_batchs_members_but_inside_its_length_are_kept(self) -> None:
+        # A BATCH whose length covers more than its members (a writer bug): the
+        # record after them is intact and must not be skipped with the batch.
+        member, extra = put(2), put(3)
+        header = codec.encode_batch_header(1, len(member) + len(extra))
+        buf = put(1) + header + member + extra + put(4)
+        ids = [
+            fmt.PUT_FIXED.unpack_from(buf, r.payload_start)[0]
+            for r in records_of(list(codec.scan(buf, 0)))
+        ]
+        assert ids == [1, 2, 3, 4]
+
+    def test_a_batch_inside_a_batch_is_never_yielded_as_a_record(self) -> None:
+        inner = self.batch([put(2)])
+        buf = put(1) + codec.encode_batch_header(2, len(inner)) + inner + put(3)
+        items = list(codec.scan(buf, 0))
+        assert fmt.TYPE_BATCH not in [r.rtype for r in records_of(items)]
+        assert damages_of(items)
+
+    def test_batch_cut_one_byte_short_in_a_sealed_file_is_torn_not_searched(self) -> None:
+        # The cut member's body holds an ACK record: applying it would consume
+        # message 1. A sealed file is scanned without head=True.
+        members = [put(2), put(3, b"xx" + codec.encode_ack(1) + b"yy")]
+        buf = put(1) + self.batch(members)[:-1]
+        items = list(codec.scan(buf, 0))
+        assert [r.rtype for r in records_of(items)] == [fmt.TYPE_PUT]
+        [damage] = damages_of(items)
+        assert (damage.offset, damage.reason, damage.at_tail) == (
+            len(put(1)),
+            "incomplete batch",
+            True,
+        )
 
 
 # -- file header -------------------------------------------------------------------
