@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import msgcask
+from draining import churn, each_available
 from msgcask.store import codec
 
 MAX_FILE_SIZE = 64 * 1024
@@ -302,3 +303,41 @@ def test_why_kept_names_delivery_counts_that_must_outlive_their_file(tmp_path: P
         # Delivered and unacked at close: back, redelivered, count kept.
         again = store.queue("q").get(block=False)
         assert again.id == m.id and again.deliveries == 2 and again.redelivered
+
+
+def test_a_copy_made_while_the_delivery_count_sits_in_the_head_carries_the_count(
+    tmp_path: Path,
+) -> None:
+    # The DELIVER record is in the write head, which a pass never rewrites: the copy
+    # of the PUT record must carry the count itself, since the head, sealed and
+    # emptied later, is deleted without it. A rebuild then reads the count there.
+    path = tmp_path / "store"
+    with _open(path) as store:
+        q, filler = store.queue("q"), store.queue("filler")
+        first = [q.put(BODY) for _ in range(PER_ROUND)]
+        for _ in range(PER_ROUND):
+            filler.put(BODY)  # seals the file of ``first``
+        m = q.get(block=False)
+        [deliver_file] = [
+            f.file_id
+            for f in store.stats().files
+            if m.id in store.why_kept(f.file_id).needed_deliveries
+        ]
+        for _ in first[1:]:
+            q.ack(q.get(block=False))
+        store.compact()  # copies m while the head holds its DELIVER record
+        for message in each_available(filler):
+            filler.ack(message)
+        churn(filler, 2 * PER_ROUND, BODY)  # seals the head and empties it
+        store.compact()
+        store.compact()
+        files = {f.file_id for f in store.stats().files}
+        assert deliver_file not in files, "test setup: the DELIVER record's file is deleted"
+    rebuilt = tmp_path / "rebuilt"
+    shutil.copytree(path, rebuilt)
+    shutil.rmtree(rebuilt / "index")
+    for p in (path, rebuilt):
+        with _open(p) as store:
+            again = store.queue("q").get(block=False)
+            assert again.id == m.id
+            assert again.deliveries == 2, f"{store.recovery.mode}: count {again.deliveries}"
