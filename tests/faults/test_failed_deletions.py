@@ -307,3 +307,40 @@ def test_a_copy_the_pass_cannot_remove_again_is_removed_by_the_next_open(
         assert [(m.id, bytes(m.body)) for m in reopened.queue("q").browse()] == before
         assert reopened.verify() == []
     assert not copy.exists()
+
+
+def test_a_copy_whose_victims_were_partly_deleted_survives_a_replay_onto_an_older_index(
+    store_path: Path, tmp_path: Path
+) -> None:
+    # An index committed before the victims and their copy existed (as a crash, or
+    # a power cut losing the index's last commits, leaves it) knows none of them.
+    # One victim is gone, so the copy is the only home of its messages: opening
+    # must not take the copy for an unfinished compaction's and remove it.
+    fs = StuckFiles()
+    # Each look at the clock a second later: file 2 is older than file 3, so the
+    # pass takes it first, and deletes it first.
+    clock = itertools.count().__next__
+    store = msgcask.Store(store_path, _fs=fs, _clock=clock, **QUIET_SMALL_FILES)  # type: ignore[arg-type]
+    q = store.queue("q")
+    q.put(b"p" * 500)
+    store.sync()
+    shutil.copytree(store_path / "index", tmp_path / "index.old")  # knows file 1 alone
+    for _ in range(400):
+        q.put(b"p" * 500)  # files 1 to 3 sealed
+    for i, m in enumerate(list(each_available(q))):
+        if m.id > 140 and i % 4:
+            q.ack(m)  # files 2 and 3 sparse; file 1 stays full
+        else:
+            q.nack(m)
+    fs.stuck.add(str(store_path / data_file_name(3)))
+    with pytest.raises(msgcask.Error, match="deleting data files"):
+        store.compact(threshold=0.6)
+    assert not (store_path / data_file_name(2)).exists(), "test setup: victim 2 deleted"
+    assert (store_path / data_file_name(3)).exists(), "test setup: victim 3 kept"
+    live = sorted(m.id for m in q.browse())
+    store.close()
+    shutil.rmtree(store_path / "index")
+    shutil.copytree(tmp_path / "index.old", store_path / "index")
+    with msgcask.Store(store_path, **QUIET_SMALL_FILES) as reopened:  # type: ignore[arg-type]
+        assert sorted(m.id for m in reopened.queue("q").browse()) == live
+        assert reopened.verify() == []
