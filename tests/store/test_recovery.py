@@ -913,6 +913,22 @@ def test_newest_data_file_without_a_header_is_removed_and_reported(
     assert not newest.exists()
 
 
+@pytest.mark.parametrize("content", [b"", bytes(32)], ids=["empty", "zeros"])
+def test_an_older_data_file_without_a_header_refuses_to_open(
+    store_path: Path, content: bytes
+) -> None:
+    # Only the newest file can be one whose creation a crash caught: an older one
+    # held records, and removing it would lose them without a word.
+    make_store(store_path)
+    newest = codec.encode_file_header(fmt.KIND_JOURNAL, 2, 100)
+    (store_path / data_file_name(2)).write_bytes(newest)
+    older = store_path / data_file_name(1)
+    older.write_bytes(content)
+    with pytest.raises(msgcask.CorruptionError, match=r"file header is truncated|bad magic"):
+        open_store(store_path)
+    assert older.exists()
+
+
 # verify() against an index edited behind the store's back. The store was closed
 # cleanly, so opening it trusts the index as it is: only verify() can see the edit.
 
