@@ -100,6 +100,24 @@ def test_no_file_is_deleted_while_a_retired_one_is_still_on_disk(store_path: Pat
         assert list(again.queue("q").browse()) == []
 
 
+def test_the_next_open_finishes_a_failed_deletion_without_a_rebuild(store_path: Path) -> None:
+    fs = StuckFiles()
+    store = msgcask.Store(store_path, _fs=fs, **QUIET_SMALL_FILES)  # type: ignore[arg-type]
+    q = three_files(store)
+    consume(store, q, 1)
+    fs.stuck.add(str(store_path / data_file_name(1)))
+    with pytest.raises(msgcask.Error, match="deleting data files"):
+        store.compact()
+    live = sorted(m.id for m in q.browse())
+    store.close()
+    with msgcask.Store(store_path, **QUIET_SMALL_FILES) as reopened:  # type: ignore[arg-type]
+        assert reopened.recovery.mode != "rebuild", reopened.recovery.reason
+        assert reopened.recovery.removed_files == [1]
+        assert not (store_path / data_file_name(1)).exists()
+        assert sorted(m.id for m in reopened.queue("q").browse()) == live
+        assert reopened.verify() == []
+
+
 def test_a_failed_deletion_is_recorded_as_the_error_msgcask_raises(store_path: Path) -> None:
     # stats().compaction.last_failure names the error by a class the caller can
     # catch (docs/operations.md: "Error: ..."), not by one internal to msgcask.
