@@ -36,6 +36,28 @@ class TestOrder:
         assert [m.body for m in q.browse()] == expected
         assert [m.body for m in _drain(q)] == expected
 
+    # Delivery moves the queue's cursor past what it delivered: a put that sorts
+    # before the cursor must move it back, on each path a put takes (a space cap
+    # sends single puts through the store's lock; put_many writes a batch).
+    @pytest.mark.parametrize("put_many", [False, True], ids=["put", "put_many"])
+    @pytest.mark.parametrize("max_store_size", [None, 2**30], ids=["uncapped", "capped"])
+    def test_a_higher_priority_put_after_a_get_is_delivered_next(
+        self, store_path: Path, put_many: bool, max_store_size: int | None
+    ) -> None:
+        options: dict[str, Any] = {"compaction_interval": None, "max_store_size": max_store_size}
+        with msgcask.open(store_path, **options) as store:
+            q = store.queue("q")
+            for body in (b"low 1", b"low 2"):
+                q.put(body, priority=1)
+            first = q.get(block=False)
+            assert first.body == b"low 1"
+            if put_many:
+                q.put_many([b"high"], priority=9)
+            else:
+                q.put(b"high", priority=9)
+            assert [m.body for m in _drain(q)] == [b"high", b"low 2"]
+            q.ack(first)
+
     def test_ids_are_global_and_increasing_across_queues(self, store: msgcask.Store) -> None:
         a, b = store.queue("a"), store.queue("b")
         ids = [a.put(b"1"), b.put(b"2"), a.put(b"3"), *b.put_many([b"4", b"5"]), a.put(b"6")]
