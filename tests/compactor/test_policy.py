@@ -186,6 +186,9 @@ def test_reclaimable_bytes_counts_whole_files_worthwhile_dead_bytes_and_the_head
         view(4, live=1000, size=20_000, active=True),  # head: freed once sealed
     ]
     assert reclaimable_bytes(files, min_gain=4096) == SIZE + 10_000 + 19_000
+    # The head's dead bytes count however few: they are freed when it is sealed.
+    nearly_full_head = view(4, live=19_000, size=20_000, active=True)
+    assert reclaimable_bytes([nearly_full_head], min_gain=4096) == 1000
 
 
 # -- order: benefit / cost -----------------------------------------------------------------
@@ -259,6 +262,15 @@ def test_first_victim_is_taken_even_when_it_alone_exceeds_the_budget() -> None:
     assert p.rewrite == [1]
 
 
+def test_a_hard_budget_binds_the_first_victim_too() -> None:
+    # The room left under max_store_size: a copy that does not fit is not written.
+    files = [view(1, live=SIZE // 4)]
+    p = plan(files, threshold=0.5, budget=SIZE // 4 - 1, small_file=SMALL, hard_budget=True)
+    assert p.rewrite == []
+    p = plan(files, threshold=0.5, budget=SIZE // 4, small_file=SMALL, hard_budget=True)
+    assert p.rewrite == [1]
+
+
 def test_second_victim_that_does_not_fit_the_budget_is_left_for_later() -> None:
     a = view(1, live=SIZE // 10, age=1000.0)
     b = view(2, live=SIZE // 4, age=10.0)
@@ -287,6 +299,15 @@ def test_read_budget_caps_the_victims_one_pass_reads() -> None:
     assert one.rewrite == [1]
     unlimited = plan(files, threshold=0.5, budget=BIG_BUDGET, small_file=SMALL)
     assert len(unlimited.rewrite) == 10
+
+
+def test_victims_fill_a_compacted_file_to_its_last_byte_and_no_further() -> None:
+    # The room is for the MANIFEST (its count, then 4 bytes a victim) and the copies.
+    files = [view(i, live=1000, age=100.0 - i) for i in range(1, 4)]
+    exact = len(codec.encode_manifest([1, 2])) + 2000
+    for room, victims in [(exact, [1, 2]), (exact - 1, [1])]:
+        p = plan(files, threshold=0.5, budget=BIG_BUDGET, small_file=SMALL, file_room=room)
+        assert p.rewrite == victims, room
 
 
 def test_behind_means_two_files_of_work_pending() -> None:
@@ -334,6 +355,17 @@ def test_one_small_dense_file_alone_is_not_moved() -> None:
     # Copying it would only produce another small file.
     p = run([view(1, live=1000, size=1100), view(2, live=SIZE - 10)], threshold=0.5)
     assert p.rewrite == []
+
+
+def test_a_file_of_exactly_the_small_size_is_not_small() -> None:
+    files = [view(1, live=1000, size=1100), view(2, live=SMALL - 100, size=SMALL)]
+    assert run(files, threshold=0.5).rewrite == []
+
+
+def test_a_lone_small_file_does_not_join_a_sparse_victim() -> None:
+    # Merging needs two small files; one would only move into the copy.
+    files = [view(1, live=SIZE // 10), view(2, live=1000, size=1100)]
+    assert run(files).rewrite == [1]
 
 
 def test_small_files_merge_smallest_first_within_the_budget() -> None:
