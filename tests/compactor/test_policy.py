@@ -189,6 +189,11 @@ def test_reclaimable_bytes_counts_whole_files_worthwhile_dead_bytes_and_the_head
     # The head's dead bytes count however few: they are freed when it is sealed.
     nearly_full_head = view(4, live=19_000, size=20_000, active=True)
     assert reclaimable_bytes([nearly_full_head], min_gain=4096) == 1000
+    # Needed ACKs (21 bytes) are costed as DELIVERs (23): a head of them frees
+    # nothing, and takes nothing off what the other files free.
+    acks = 1000
+    head_of_acks = view(5, marks=acks, size=32 + acks * 21, active=True)
+    assert reclaimable_bytes([view(1), head_of_acks], min_gain=4096) == SIZE
 
 
 # -- order: benefit / cost -----------------------------------------------------------------
