@@ -76,6 +76,10 @@ BAD_TYPE_CALLS: dict[str, BadCall] = {
     "put_many_bad_item": lambda s, q: q.put_many([b"ok", "not bytes", b"ok"]),
     "put_many_bad_headers": lambda s, q: q.put_many([b"a"], headers={"k": 1}),
     "selector_not_callable": lambda s, q: q.get(block=False, selector="k=v"),
+    # Refused before looking: with no message to run it on, it would pass unseen.
+    "selector_not_callable_no_message": lambda s, q: msgcask.Queue(s, "none").get(
+        block=False, selector="k=v"
+    ),
     "tx_put_body_str": lambda s, q: _in_tx(s, lambda tx: tx.put("orders", "text")),
     "tx_put_name_int": lambda s, q: _in_tx(s, lambda tx: tx.put(5, b"x")),
     "delete_queue_int": lambda s, q: s.delete_queue(5),
@@ -1152,6 +1156,7 @@ class TestUseAfterClose:
     CALLS: dict[str, Callable[[msgcask.Store, Any, Any], object]] = {
         "put": lambda s, q, m: q.put(b"x"),
         "put_many": lambda s, q, m: q.put_many([b"x"]),
+        "put_many_nothing": lambda s, q, m: q.put_many([]),
         "get": lambda s, q, m: q.get(block=False),
         "get_blocking": lambda s, q, m: q.get(timeout=0.01),
         "ack": lambda s, q, m: q.ack(m),
