@@ -28,6 +28,7 @@ from click.testing import CliRunner
 from faulty_fs import FaultyFileSystem
 
 import msgcask
+from msgcask import db
 from msgcask.cli.main import main
 from msgcask.compactor.runner import Compactor
 from msgcask.index.env import IndexEnv, IndexUnusable
@@ -142,6 +143,33 @@ def _put_fail_commit_again_and_die(path: str, report: Connection) -> None:
         store.sync()  # must not commit what is left of the index
     report.send((ids, ids[:5]))  # sent before it returns: nothing is left to flush
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+# Calls that may commit the index before they write (here every time), met by a
+# failing commit: the caller gets IndexFailedError, never LMDB's own error.
+WRITES: dict[str, Callable[[msgcask.Queue, msgcask.Message], object]] = {
+    "put_many": lambda q, m: q.put_many([b"x"]),
+    "get": lambda q, m: q.get(block=False),
+    "ack": lambda q, m: q.ack(m),
+}
+
+
+@pytest.mark.parametrize("call", WRITES.values(), ids=WRITES.keys())
+def test_a_failed_commit_inside_a_call_is_raised_as_index_failed(
+    store_path: Path,
+    fail_commits: FailCommits,
+    monkeypatch: pytest.MonkeyPatch,
+    call: Callable[[msgcask.Queue, msgcask.Message], object],
+) -> None:
+    store = quiet_store(store_path)
+    q = store.queue("q")
+    q.put_many([b"a", b"b"])
+    delivered = q.get(block=False)
+    monkeypatch.setattr(db, "_MAX_CHANGES_PER_COMMIT", 0)
+    fail_commits(1)
+    with pytest.raises(msgcask.IndexFailedError, match="No space left"):
+        call(q, delivered)
+    store.close()
 
 
 def test_a_crash_after_a_failed_commit_keeps_every_put_and_ack(store_path: Path) -> None:
