@@ -169,6 +169,15 @@ def test_bad_value_raises_value_error_and_changes_nothing(
 
 # What the API says of a bad argument, word for word.
 CALL_MESSAGES: dict[str, tuple[BadCall, type[Exception], str]] = {
+    # Any one body, not only bytes: iterated, a bytearray or memoryview gives ints.
+    **{
+        f"put_many_one_{kind.__name__}": (
+            lambda s, q, kind=kind: q.put_many(kind(b"ab")),
+            TypeError,
+            "put_many takes an iterable of message bodies, not one body",
+        )
+        for kind in (bytes, bytearray, memoryview)
+    },
     "body_str": (
         lambda s, q: q.put("text"),
         TypeError,
