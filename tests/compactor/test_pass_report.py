@@ -427,6 +427,8 @@ def test_victims_whose_deletion_a_later_pass_completes_count_as_rewritten(
         assert victims.isdisjoint(failed) == (fault == "directory-fsync")
         gone = before.keys() - _on_disk(path).keys()
         assert victims <= gone
+        # Forgotten too, even those the failed try had unlinked already.
+        assert victims.isdisjoint(f.file_id for f in store.stats().files)
         totals = store.stats().compaction
         assert totals.files_rewritten == len(victims)
         assert totals.files_deleted == len(gone - victims)
