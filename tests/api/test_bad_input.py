@@ -87,6 +87,7 @@ BAD_TYPE_CALLS: dict[str, BadCall] = {
     "get_timeout_str": lambda s, q: q.get(block=False, timeout="1"),
     "tx_ack_str": lambda s, q: _in_tx(s, lambda tx: tx.ack("1")),
     "tx_ack_float": lambda s, q: _in_tx(s, lambda tx: tx.ack(1.0)),
+    "tx_ack_bool": lambda s, q: _in_tx(s, lambda tx: tx.ack(True)),
 }
 
 BAD_VALUE_CALLS: dict[str, BadCall] = {
