@@ -14,6 +14,9 @@ import pytest
 
 import msgcask
 from draining import each_available
+from msgcask.store import codec
+from msgcask.store import format as fmt
+from msgcask.store.filenames import data_file_name
 
 Verify = Callable[[msgcask.Store], None]
 
@@ -386,6 +389,20 @@ class TestRedelivery:
             assert (m.id, m.deliveries) == (mid, n)
             q.nack(m)
         assert store.queues() == ["q"]
+
+    def test_a_delivery_count_stays_at_its_highest_value(self, store_path: Path) -> None:
+        # Counts are 16 bits on disk: a message delivered that often (a data file
+        # says so here) is delivered again and again with the count saturated.
+        store_path.mkdir()
+        header = codec.encode_file_header(fmt.KIND_JOURNAL, 1, 1)
+        put = codec.encode_put(1, b"q", 4, fmt.MAX_DELIVERIES_COUNTED, b"", b"x")
+        (store_path / data_file_name(1)).write_bytes(header + put)
+        with msgcask.open(store_path, compaction_interval=None) as store:
+            q = store.queue("q")
+            for _ in range(2):
+                m = q.get(block=False)
+                assert (m.id, m.deliveries) == (1, fmt.MAX_DELIVERIES_COUNTED)
+                q.nack(m)
 
 
 class TestTransactions:
