@@ -205,6 +205,35 @@ class TestGroupCommit:
         # Everything was written before anyone synced, so the first fsync covers all.
         assert fs.fsyncs - before == 1
 
+    def test_a_failed_fsync_fails_every_sync_it_covered(self, tmp_path: Path) -> None:
+        # A second thread syncs to the same position while the fsync is in flight
+        # (or just after it failed): it must raise too, never count the bytes durable.
+        fs = OneHookFS()
+        h = Harness(tmp_path, fs, max_file_size=2**20)
+        h.journal.append(record(1, 100))
+        pos = h.journal.position
+        outcome: list[BaseException | None] = []
+
+        def sync_beside() -> None:
+            try:
+                h.journal.sync_to(pos)
+                outcome.append(None)
+            except OSError as e:
+                outcome.append(e)
+
+        waiter = threading.Thread(target=sync_beside)
+
+        def start_a_waiter_then_fail() -> None:
+            waiter.start()
+            waiter.join(0.2)  # give it time to wait for this fsync
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+        fs.hook = start_a_waiter_then_fail
+        with pytest.raises(OSError):
+            h.journal.sync_to(pos)
+        waiter.join(30)
+        assert len(outcome) == 1 and isinstance(outcome[0], OSError), outcome
+
     def test_concurrent_writers_need_fewer_fsyncs_than_callers(self, tmp_path: Path) -> None:
         fs = CountingFS()
         h = Harness(tmp_path, fs, max_file_size=2**20)
