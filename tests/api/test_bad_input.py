@@ -1251,11 +1251,13 @@ class TestStoreFull:
                 q.put(b"y" * 3000)
             assert snapshot(store) == before
             assert len(q) == full_at
-            # Nor does a refused put to a queue it would have created.
-            with pytest.raises(msgcask.StoreFullError):
-                msgcask.Queue(store, "new").put(b"y" * 3000)
-            assert snapshot(store) == before
-            assert "new" not in store.queues()
+            # Nor does a refused put, or batch, to a queue it would have created.
+            new = msgcask.Queue(store, "new")
+            for refused in (lambda: new.put(b"y" * 3000), lambda: new.put_many([b"y" * 3000])):
+                with pytest.raises(msgcask.StoreFullError):
+                    refused()
+                assert snapshot(store) == before
+                assert "new" not in store.queues()
         finally:
             store.close()
 
