@@ -773,3 +773,21 @@ class TestCallerErrors:
         with pytest.raises((ValueError, msgcask.Error)):
             tx.put("q", b"after the block")
         assert snapshot(store, store_path) == before
+
+
+# Write amplification is bytes_written / bytes_put: every put path must count its
+# PUT records once (a space cap sends single puts through the store's lock).
+@pytest.mark.parametrize("max_store_size", [None, 2**30], ids=["uncapped", "capped"])
+def test_bytes_put_counts_the_put_records_of_every_path(
+    store_path: Path, max_store_size: int | None
+) -> None:
+    options: dict[str, Any] = {"compaction_interval": None, "max_store_size": max_store_size}
+    with msgcask.open(store_path, **options) as store:
+        q = store.queue("q")
+        q.put(b"one")
+        q.put_many([b"two", b"three"])
+        with store.transaction() as tx:
+            tx.put("q", b"four")
+        bodies = [b"one", b"two", b"three", b"four"]
+        expected = sum(codec.put_record_size(b"q", b"", len(b)) for b in bodies)
+        assert store.stats().bytes_put == expected
