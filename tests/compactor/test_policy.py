@@ -267,15 +267,6 @@ def test_first_victim_is_taken_even_when_it_alone_exceeds_the_budget() -> None:
     assert p.rewrite == [1]
 
 
-def test_a_hard_budget_binds_the_first_victim_too() -> None:
-    # The room left under max_store_size: a copy that does not fit is not written.
-    files = [view(1, live=SIZE // 4)]
-    p = plan(files, threshold=0.5, budget=SIZE // 4 - 1, small_file=SMALL, hard_budget=True)
-    assert p.rewrite == []
-    p = plan(files, threshold=0.5, budget=SIZE // 4, small_file=SMALL, hard_budget=True)
-    assert p.rewrite == [1]
-
-
 def test_second_victim_that_does_not_fit_the_budget_is_left_for_later() -> None:
     a = view(1, live=SIZE // 10, age=1000.0)
     b = view(2, live=SIZE // 4, age=10.0)

@@ -9,6 +9,7 @@ until the retired file is gone.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import shutil
 from pathlib import Path
