@@ -68,15 +68,23 @@ def consume(store: msgcask.Store, q: msgcask.Queue, *file_ids: int) -> int:
     return count
 
 
-def test_no_file_is_deleted_while_a_retired_one_is_still_on_disk(store_path: Path) -> None:
+def with_file_1_stuck(store_path: Path) -> tuple[StuckFiles, msgcask.Store, msgcask.Error]:
+    """A store of ``three_files`` whose file 1, consumed, a pass retired and then
+    failed to delete (it keeps failing until ``fs.stuck`` is cleared); returns the
+    file system, the store and the error the pass raised."""
     fs = StuckFiles()
-    options = QUIET_SMALL_FILES
-    store = msgcask.Store(store_path, _fs=fs, **options)  # type: ignore[arg-type]
-    q = three_files(store)
-    consume(store, q, 1)
+    store = msgcask.Store(store_path, _fs=fs, **QUIET_SMALL_FILES)  # type: ignore[arg-type]
+    consume(store, three_files(store), 1)
     fs.stuck.add(str(store_path / data_file_name(1)))
-    with pytest.raises(msgcask.Error, match=r"deleting data files.*Check the permissions"):
+    with pytest.raises(msgcask.Error, match=r"deleting data files.*Check the permissions") as e:
         store.compact()
+    return fs, store, e.value
+
+
+def test_no_file_is_deleted_while_a_retired_one_is_still_on_disk(store_path: Path) -> None:
+    options = QUIET_SMALL_FILES
+    fs, store, _ = with_file_1_stuck(store_path)
+    q = store.queue("q")
     # More traffic seals the file with those ACKs, and consumes everything else.
     for _ in range(300):
         q.put(b"p" * 500)
@@ -102,14 +110,8 @@ def test_no_file_is_deleted_while_a_retired_one_is_still_on_disk(store_path: Pat
 
 
 def test_the_next_open_finishes_a_failed_deletion_without_a_rebuild(store_path: Path) -> None:
-    fs = StuckFiles()
-    store = msgcask.Store(store_path, _fs=fs, **QUIET_SMALL_FILES)  # type: ignore[arg-type]
-    q = three_files(store)
-    consume(store, q, 1)
-    fs.stuck.add(str(store_path / data_file_name(1)))
-    with pytest.raises(msgcask.Error, match="deleting data files"):
-        store.compact()
-    live = sorted(m.id for m in q.browse())
+    _, store, _ = with_file_1_stuck(store_path)
+    live = sorted(m.id for m in store.queue("q").browse())
     store.close()
     with msgcask.Store(store_path, **QUIET_SMALL_FILES) as reopened:  # type: ignore[arg-type]
         assert reopened.recovery.mode != "rebuild", reopened.recovery.reason
@@ -122,16 +124,10 @@ def test_the_next_open_finishes_a_failed_deletion_without_a_rebuild(store_path: 
 def test_a_failed_deletion_is_recorded_as_the_error_msgcask_raises(store_path: Path) -> None:
     # stats().compaction.last_failure names the error by a class the caller can
     # catch (docs/operations.md: "Error: ..."), not by one internal to msgcask.
-    fs = StuckFiles()
-    store = msgcask.Store(store_path, _fs=fs, **QUIET_SMALL_FILES)  # type: ignore[arg-type]
-    q = three_files(store)
-    consume(store, q, 1)
-    fs.stuck.add(str(store_path / data_file_name(1)))
-    with pytest.raises(msgcask.Error, match="deleting data files") as failure:
-        store.compact()
+    _, store, failure = with_file_1_stuck(store_path)
     totals = store.stats().compaction
     assert totals.failed_passes == 1
-    assert totals.last_failure == f"Error: {failure.value}"
+    assert totals.last_failure == f"Error: {failure}"
     store.close()
 
 
