@@ -58,3 +58,36 @@ def test_a_command_without_the_runtime_says_what_to_install(
     assert len(run.stderr.splitlines()) == 1, run.stderr
     assert run.stderr.startswith(said), run.stderr
     assert not out.exists()
+
+
+def _java_saying(bin_dir: Path, first_line: str) -> Path:
+    """A JAVA_HOME whose ``bin/java -version`` prints ``first_line``, as a JVM
+    does (to stderr), and nothing else it can do."""
+    bin_dir.mkdir(parents=True)
+    java = bin_dir / "java"
+    java.write_text(f"#!/bin/sh\necho '{first_line}' >&2\n")
+    java.chmod(0o755)
+    return bin_dir.parent
+
+
+@pytest.mark.parametrize(
+    ("first_line", "major"),
+    [('openjdk version "11.0.2" 2019-01-15', 11), ('java version "1.8.0_292"', 8)],
+)
+def test_a_command_with_a_java_older_than_17_says_so(
+    tmp_path: Path, first_line: str, major: int
+) -> None:
+    store, out = tmp_path / "store", tmp_path / "out"
+    with msgcask.open(store, compaction_interval=None) as s:
+        s.queue("orders").put(b"x")
+    java_home = _java_saying(tmp_path / "old-java" / "bin", first_line)
+    env = {**os.environ, "JAVA_HOME": str(java_home)}
+    argv = [sys.executable, "-m", "msgcask.cli.main", "pipeline", "dead-letters", str(store)]
+    run = subprocess.run([*argv, str(out)], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 1, run.stderr
+    assert run.stderr == (
+        "Error: the Spark pipeline needs a Java 17+ runtime, and "
+        f"{java_home / 'bin' / 'java'} is Java {major}: install one (Debian: apt-get install "
+        "openjdk-17-jre-headless) and set JAVA_HOME to it or put it first on PATH\n"
+    )
+    assert not out.exists()

@@ -9,9 +9,12 @@ surface as a gateway error from the JVM.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import socket
+import subprocess
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
@@ -55,8 +58,12 @@ QUIET_CONF = {
 }
 
 
+LEAST_JAVA = 17  # the oldest Java PySpark 4 runs on
+
+
 def require_spark() -> None:
-    """Raise ``msgcask.Error`` saying what to install if PySpark or Java is missing."""
+    """Raise ``msgcask.Error`` saying what to install if PySpark or Java is missing,
+    or the Java is older than ``LEAST_JAVA``."""
     try:
         import pyspark  # noqa: F401
     except ImportError as e:
@@ -72,6 +79,30 @@ def require_spark() -> None:
             f"({'JAVA_HOME=' + java_home if java_home else 'no java on PATH'}): install one "
             "(Debian: apt-get install openjdk-17-jre-headless; scripts/bootstrap.sh does)"
         )
+    major = java_major_version(java)
+    if major is not None and major < LEAST_JAVA:
+        # Else Spark's launcher fails with lines of its own that do not say why.
+        raise Error(
+            f"the Spark pipeline needs a Java {LEAST_JAVA}+ runtime, and {java} is Java "
+            f"{major}: install one (Debian: apt-get install openjdk-17-jre-headless) and "
+            "set JAVA_HOME to it or put it first on PATH"
+        )
+
+
+
+@functools.lru_cache(maxsize=8)
+def java_major_version(java: str) -> int | None:
+    """The major version ``java -version`` reports (8 for Java 8's "1.8.0_x"), or
+    None if it cannot be run or read: Spark then says what is wrong itself."""
+    try:
+        said = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', said.stderr + said.stdout)
+    if found is None:
+        return None
+    major = int(found[1])
+    return int(found[2] or 0) if major == 1 else major
 
 
 def check_master(master: object) -> None:
