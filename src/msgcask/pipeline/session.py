@@ -89,7 +89,6 @@ def require_spark() -> None:
         )
 
 
-
 @functools.lru_cache(maxsize=8)
 def java_major_version(java: str) -> int | None:
     """The major version ``java -version`` reports (8 for Java 8's "1.8.0_x"), or
