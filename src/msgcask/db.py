@@ -444,6 +444,12 @@ class Store(Uncopyable):
         self._bytes_put = 0
         # Sum of data-file sizes, kept up to date so space checks cost nothing.
         self._data_bytes = sum(a.size for a in self._acct.files.values() if not a.retired)
+        # What puts may fill of max_store_size (None: no cap): all of it but one
+        # data file. A pass writes its copy (at most a data file) before it deletes
+        # its victims, so that last file's worth is what lets a pass run, and free
+        # dead bytes, without ever taking the data files past the cap.
+        cap = self._options.max_store_size
+        self._put_limit = None if cap is None else cap - self._options.max_file_size
         # Whether a pass has started its copy and not yet deleted its victims:
         # after the swap its dead bytes are still in _data_bytes, about to go.
         self._victims_going = False
@@ -982,23 +988,14 @@ class Store(Uncopyable):
     def _ensure_room(self, size: int) -> None:
         """Space pressure (call without the lock): if ``size`` more bytes do not
         fit under the puts' limit, compact first."""
-        limit = self._options.max_store_size
-        if limit is not None and not self._fits(size):
+        if not self._fits(size):
             self._check_open()  # closed (or disowned after a fork): do not wait for a pass
             self._compactor.make_room(size)
-
-    def _put_limit(self) -> int | None:
-        """What puts may fill of ``max_store_size``: all of it but one data file.
-        A pass writes its copy (at most a data file) before it deletes its
-        victims, so that last file's worth is what lets a pass run, and free
-        dead bytes, without ever taking the data files past the cap."""
-        limit = self._options.max_store_size
-        return None if limit is None else limit - self._options.max_file_size
 
     def _fits(self, size: int) -> bool:
         """Whether ``size`` more bytes fit under the puts' limit (with the header
         of a new data file they may need)."""
-        limit = self._put_limit()
+        limit = self._put_limit
         return limit is None or self._data_bytes + size + fmt.FILE_HEADER_SIZE <= limit
 
     def _check_fits(self, size: int) -> None:

@@ -279,8 +279,7 @@ def find_any(store: Store, file_id: int) -> tuple[bytes, Needed, int]:
         from_index = find_by_id(store, file_id)
         if from_index is not None:
             return (*from_index, 0)
-        handle = store._handles[file_id]
-        buf = handle.read_all()
+        buf = store._handles[file_id].read_all()
     except OSError as e:
         said = str(e.strerror or e)
         if compactor.unreadable.news(file_id, said):

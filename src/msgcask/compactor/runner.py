@@ -476,7 +476,7 @@ class Compactor:
     def _may_fit(self, needed: int) -> bool:
         """Whether ``needed`` bytes would fit under the puts' limit once a pass
         has freed all it can."""
-        limit = self._store._put_limit()
+        limit = self._store._put_limit
         return limit is None or self._floor() + needed + fmt.FILE_HEADER_SIZE <= limit
 
 

@@ -424,14 +424,12 @@ def run_selector_skip(ctx: Context) -> None:
 def _stop_and_wake_on_failure(ctx: Context, peer: threading.Semaphore) -> Iterator[None]:
     """If the block fails, stop the run and release ``peer``, which the other
     thread may be waiting on."""
-    ok = False
     try:
         yield
-        ok = True
-    finally:
-        if not ok:
-            ctx.stop.set()
-            peer.release()
+    except BaseException:
+        ctx.stop.set()
+        peer.release()
+        raise
 
 
 def run_priority_pin(ctx: Context) -> None:
