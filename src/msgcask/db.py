@@ -43,7 +43,7 @@ from typing import Any, TypeVar, cast
 
 import lmdb
 
-from msgcask import validate
+from msgcask import delivery, validate
 from msgcask.catchup_lock import CatchUpLock
 from msgcask.compactor.failure_log import RepeatedFailureLog
 from msgcask.compactor.pacing import Pacer
@@ -52,7 +52,6 @@ from msgcask.cpu import run_this_thread_on
 from msgcask.errors import (
     ClosedError,
     CorruptionError,
-    Empty,
     Error,
     IndexFailedError,
     MessageTooLargeError,
@@ -63,9 +62,9 @@ from msgcask.index import keys
 from msgcask.index.accounting import FileAccount
 from msgcask.index.catalog import Catalog
 from msgcask.index.env import SHRINK_DIR, IndexEnv, ShrinkFailed, boot_id, remove_index
-from msgcask.index.keys import STATE_ACKED, Live
+from msgcask.index.keys import STATE_ACKED
 from msgcask.made_dirs import missing_dirs, remove_made_dirs
-from msgcask.message import Message, delivered_id, delivered_message_type
+from msgcask.message import Message, delivered_message_type
 from msgcask.options import Options, check_threshold
 from msgcask.stats import CompactionReport, FileStats, KeptReport, StoreStats, hidden_puts
 from msgcask.store import codec
@@ -92,7 +91,6 @@ from msgcask.uncopyable import Uncopyable
 
 log = logging.getLogger("msgcask")
 
-Selector = Callable[[dict[str, str]], bool]
 # Foreground work between forced index commits: bounds the open transaction.
 _MAX_CHANGES_PER_COMMIT = 50_000
 _PURGE_CHUNK = 10_000
@@ -156,7 +154,7 @@ def _index_errors(method: _Method) -> _Method:
 
 
 @dataclass
-class _QueueRuntime:
+class QueueRuntime:
     """Per-queue state that lives only while the store is open."""
 
     name: str
@@ -188,7 +186,7 @@ class _QueueRuntime:
 
 
 @dataclass(slots=True)
-class _PendingPut:
+class PendingPut:
     queue: str
     body: bytes
     headers: dict[str, str] | None
@@ -420,7 +418,7 @@ class Store(Uncopyable):
         self._lock = CatchUpLock(self._apply_pending)
         self._append_lock = threading.RLock()
         # (id, queue, priority, file, offset, size) of puts not yet in the index.
-        self._pending: list[tuple[int, _QueueRuntime, int, int, int, int]] = []
+        self._pending: list[tuple[int, QueueRuntime, int, int, int, int]] = []
         self._commit_hold = 0
         # The first LMDB failure since open. LMDB aborted what it was doing, so the
         # index now lacks changes the store made: from then on the store refuses
@@ -429,9 +427,9 @@ class Store(Uncopyable):
         self._close_lock = threading.RLock()
         self._shrink_retry_at = 0.0  # monotonic time before which no shrink is tried
         self._shrink_failures = RepeatedFailureLog("shrinking the index file")
-        self._queues: dict[str, _QueueRuntime] = {}
+        self._queues: dict[str, QueueRuntime] = {}
         # Delivered and unacked: id -> (queue, delivery count of that delivery).
-        self._inflight: dict[int, tuple[_QueueRuntime, int]] = {}
+        self._inflight: dict[int, tuple[QueueRuntime, int]] = {}
         # The type of this open store's deliveries (see delivered_message_type).
         self._message_type = delivered_message_type()
         self._next_id = max(recovery.max_msg_id + 1, env.get_u64(keys.META_NEXT_ID, 1))
@@ -1065,7 +1063,7 @@ class Store(Uncopyable):
 
         return Queue._of(self, name)
 
-    def _runtime(self, name: str) -> _QueueRuntime:
+    def _runtime(self, name: str) -> QueueRuntime:
         rt = self._queues.get(name)
         if rt is None:
             created = name not in self._catalog.queue_ids
@@ -1075,11 +1073,11 @@ class Store(Uncopyable):
             if created:
                 # Queues are not journaled: commit now so a crash keeps the new queue.
                 self._commit_index()
-            rt = _QueueRuntime(name, name.encode(), qid, threading.Condition(self._lock))  # type: ignore[arg-type]
+            rt = QueueRuntime(name, name.encode(), qid, threading.Condition(self._lock))  # type: ignore[arg-type]
             self._queues[name] = rt
         return rt
 
-    def _existing_runtime(self, name: str) -> _QueueRuntime | None:
+    def _existing_runtime(self, name: str) -> QueueRuntime | None:
         """The queue's runtime, or None if no queue has that name (a handle
         whose queue was deleted): a read must not bring the queue back."""
         rt = self._queues.get(name)
@@ -1148,7 +1146,7 @@ class Store(Uncopyable):
             time.sleep(wait)
             wait = min(wait * 2, 0.01)
 
-    def _remove_messages(self, rt: _QueueRuntime, *, include_delivered: bool) -> int:
+    def _remove_messages(self, rt: QueueRuntime, *, include_delivered: bool) -> int:
         """Ack every message of ``rt`` (optionally sparing delivered ones)."""
         removed = 0
         # Each append fits in a data file after its header, like any record or batch.
@@ -1314,7 +1312,7 @@ class Store(Uncopyable):
             self._commit_index()  # stopped writes goes on instead of the refusal
 
     def _write_batch(
-        self, puts: list[_PendingPut], acks: list[int], delivered: Iterable[Message] = ()
+        self, puts: list[PendingPut], acks: list[int], delivered: Iterable[Message] = ()
     ) -> list[int]:
         """Write puts and acks as one all-or-nothing batch; return the new ids.
         ``delivered``: the Messages among the acks (a transaction's), checked
@@ -1328,7 +1326,7 @@ class Store(Uncopyable):
         )
 
     def _write_batch_once(
-        self, puts: list[_PendingPut], acks: list[int], delivered: Iterable[Message]
+        self, puts: list[PendingPut], acks: list[int], delivered: Iterable[Message]
     ) -> list[int]:
         self._pacer.calls += 1
         encoded = [(p, codec.encode_headers(p.headers)) for p in puts]
@@ -1352,7 +1350,7 @@ class Store(Uncopyable):
                     raise ValueError(not_ackable(msg_id))
                 seen.add(msg_id)
             for message in delivered:
-                self._check_delivery(message, self._inflight.get(message.id))
+                delivery.check_delivery(self, message, self._inflight.get(message.id))
             created = sorted(
                 {p.queue for p, _ in encoded} - set(self._catalog.queue_ids) - set(self._queues)
             )
@@ -1400,315 +1398,6 @@ class Store(Uncopyable):
             pos = self._journal.position
         self._wait_durable(pos)
         return ids
-
-    def _get(
-        self, name: str, block: bool, timeout: float | None, selector: Selector | None
-    ) -> Message:
-        self._pacer.calls += 1
-        deadline = None if timeout is None else time.monotonic() + timeout
-        waits = block and timeout != 0
-        with self._lock:
-            while True:
-                self._check_open()
-                # A get that waits creates the queue: a put to it must find its waiters.
-                rt = self._runtime(name) if waits else self._existing_runtime(name)
-                message = None if rt is None else self._deliver_next(rt, selector)
-                if message is not None:
-                    return message
-                if rt is None or not block:
-                    raise Empty(f"queue {name!r} has no message available")
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise Empty(f"no message arrived on queue {name!r} within {timeout} s")
-                # No put can come once writes stop (and this get could not
-                # write its DELIVER record anyway).
-                self._check_writable()
-                with self._append_lock:
-                    if self._pending:  # a put came in since this lock was taken
-                        self._apply_pending()  # (a wait catches up by itself)
-                        continue
-                    # Counted under the append lock: a put that appends after
-                    # this sees it and wakes this consumer.
-                    rt.waiting += 1
-                try:
-                    rt.cond.wait(remaining)
-                finally:
-                    rt.waiting -= 1
-
-    def _deliver_next(self, rt: _QueueRuntime, selector: Selector | None) -> Message | None:
-        found = self._find_next(rt, selector)
-        if found is None:
-            return None
-        msg_id, entry, put = found
-        deliveries = min(entry.deliveries + 1, fmt.MAX_DELIVERIES_COUNTED)
-        file_id, _ = self._append_mark(codec.encode_deliver(msg_id, deliveries))
-        self._catalog.deliver(msg_id, deliveries, file_id, entry)
-        self._inflight[msg_id] = (rt, deliveries)
-        return self._message_type(
-            msg_id, rt.name, put.body, put.headers, entry.priority, deliveries
-        )
-
-    def _find_next(
-        self, rt: _QueueRuntime, selector: Selector | None
-    ) -> tuple[int, Live, codec.Put] | None:
-        """The next available message for ``selector``, moving the queue's cursor."""
-        try:
-            start = rt.cursor if selector is None else rt.selector_cursors.get(selector)
-        except TypeError:  # a selector that cannot be weakly referenced has no cursor
-            start = None
-        prefix = keys.ORDER_PREFIX.pack(rt.qid)
-        inflight = self._inflight
-        last_key = None
-        # The cursor is closed before anything is written: a write may commit the
-        # index transaction, which would invalidate it.
-        with self._env.txn.cursor(db=self._env.order) as cursor:
-            more = cursor.set_range(start or prefix)
-            while more:
-                key = cursor.key()
-                if key[:4] != prefix:
-                    break
-                last_key = key
-                msg_id = keys.order_key_id(key)
-                more = cursor.next()
-                if msg_id in inflight:
-                    continue
-                entry = self._catalog.lookup(msg_id)
-                put = self._read_put(msg_id, entry) if isinstance(entry, Live) else None
-                if put is None or (
-                    selector is not None and not self._run_selector(selector, put.headers)
-                ):
-                    continue
-                assert isinstance(entry, Live)
-                self._set_cursor(rt, selector, bytes(key))
-                return msg_id, entry, put
-        if last_key is not None:
-            self._set_cursor(rt, selector, bytes(last_key))
-        return None
-
-    def _run_selector(self, selector: Selector, headers: dict[str, str]) -> bool:
-        """``selector(headers)`` on a copy of the headers; a store call it makes
-        raises (``_check_open``)."""
-        self._selecting = threading.get_ident()
-        try:
-            # A copy: the dict is the one the delivered Message gets, so what the
-            # selector does with its headers must not reach it. (A read-only view
-            # would break selectors typed or written for a dict.)
-            return bool(selector(dict(headers)))
-        finally:
-            self._selecting = None
-
-    @staticmethod
-    def _set_cursor(rt: _QueueRuntime, selector: Selector | None, key: bytes) -> None:
-        if selector is None:
-            rt.cursor = key
-        else:
-            # A selector that is not weak-referenceable simply gets no cursor.
-            with contextlib.suppress(TypeError):
-                rt.selector_cursors[selector] = key
-
-    def _read_put(self, msg_id: int, entry: Live, *, quarantine: bool = True) -> codec.Put | None:
-        """Read and check a live message's record; quarantine it if damaged
-        (unless not ``quarantine``: then only None says it could not be read)."""
-        handle = self._handles[entry.file_id]
-        try:
-            raw = handle.read(entry.offset, entry.size)
-        except OSError as e:  # a bad sector is damage too: do not wedge the queue
-            raw, read_error = b"", f"read error ({e.strerror})"
-        else:
-            read_error = ""
-        put = codec.read_put(raw) if raw else None
-        if put is not None and put.msg_id == msg_id:
-            return put
-        if not quarantine:
-            return None
-        problem = read_error or (
-            "checksum mismatch or unparsable record"
-            if put is None
-            else (f"record holds message {put.msg_id}")
-        )
-        report = CorruptionReport(
-            entry.file_id,
-            handle.path,
-            entry.offset,
-            entry.size,
-            f"message {msg_id}: {problem}",
-            "quarantined",
-        )
-        self._corruptions.append(report)
-        log.error("msgcask: %s", report)
-        self._catalog.quarantine(msg_id, entry)
-        self._quarantined.add(msg_id)
-        return None
-
-    def _resolve_delivered(self, name: str, target: object) -> tuple[_QueueRuntime, int]:
-        """The queue and id of ``target``, a message delivered on queue ``name``
-        and not acked since. Looks the queue up without creating it: a refused
-        ack or nack must not bring back a queue deleted meanwhile."""
-        if isinstance(target, Message):
-            msg_id = delivered_id(target)
-        elif isinstance(target, int) and not isinstance(target, bool):
-            msg_id = target
-        else:
-            raise TypeError(
-                f"expected a Message or a message id (int), got {type(target).__name__}"
-            )
-        rt = self._queues.get(name)
-        held = self._inflight.get(msg_id)
-        if rt is None or held is None or held[0] is not rt:
-            raise ValueError(
-                f"message {msg_id} is not delivered-and-unacked on queue {name!r}; only "
-                "messages returned by get() on this queue can be acked or nacked, once"
-            )
-        if isinstance(target, Message):
-            self._check_delivery(target, held)
-        return rt, msg_id
-
-    def _check_delivery(self, message: Message, held: tuple[_QueueRuntime, int] | None) -> None:
-        """Refuse a Message another store delivered (ids repeat across stores),
-        or one of an earlier delivery of a message delivered again since: acking
-        it would consume a delivery its consumer never saw. ``held`` is what
-        ``_inflight`` holds for its id (the caller holds the store's lock)."""
-        if type(message) is not self._message_type and type(message) is not Message:
-            raise ValueError(
-                f"message {message.id} was delivered by another store, or by an earlier "
-                f"open of {self._path}: ack or nack it through the store that delivered it"
-            )
-        if held is None:
-            return
-        deliveries = message.deliveries
-        # Checked before the count is compared: True and 1.0 equal a delivery 1.
-        if isinstance(deliveries, bool) or not isinstance(deliveries, int):
-            raise TypeError(
-                f"a Message's deliveries must be an int, got {type(deliveries).__name__}; "
-                "pass the Message get() returned, or its id"
-            )
-        if held[1] != deliveries:
-            raise ValueError(_not_the_latest_delivery(message.id, deliveries, held[1]))
-
-    def _ack(self, name: str, target: object) -> None:
-        self._pacer.calls += 1
-        with self._lock:
-            if self._closed or self._selecting is not None:
-                self._check_open()
-            _, msg_id = self._resolve_delivered(name, target)
-            file_id, _ = self._append_mark(codec.encode_ack(msg_id))
-            self._catalog.ack(msg_id, file_id)
-            del self._inflight[msg_id]
-            pos = self._journal.position
-        if self._sync_always:
-            self._sync_journal_to(pos)
-
-    def _nack(self, name: str, target: object) -> None:
-        self._pacer.calls += 1
-        with self._lock:
-            self._check_open()
-            rt, msg_id = self._resolve_delivered(name, target)
-            entry = self._catalog.lookup(msg_id)
-            if not isinstance(entry, Live):  # gone while delivered: nothing to put back
-                del self._inflight[msg_id]
-                return
-            max_deliveries, dead_letter_queue = self._queue_settings.get(name, (None, None))
-            due = max_deliveries is not None and entry.deliveries >= max_deliveries
-            # A delivered message is its consumer's until settled: one that cannot
-            # be read for its dead-letter copy (an I/O error may pass) goes back,
-            # not to quarantine; the next get reads it again, and quarantines it
-            # only if it still cannot.
-            put = self._read_put(msg_id, entry, quarantine=False) if due else None
-            if put is None:
-                del self._inflight[msg_id]
-                rt.rewind(keys.order_key(rt.qid, entry.priority, msg_id))
-                rt.wake()
-                return
-            dlq = dead_letter_queue or f"DLQ.{name}"
-        # Dead-letter: one batch of PUT (a new id, in the DLQ) and ACK of the original.
-        # Written outside the lock, since a batch may first wait for space.
-        try:
-            self._dead_letter(rt, msg_id, put, dlq)
-        except ValueError as e:
-            if isinstance(e, MessageTooLargeError) or msg_id in self._inflight:
-                raise
-            # The batch's ACK was refused: meanwhile another thread acked the
-            # message or deleted its queue. Said as a nack, not as the batch's ack
-            # (whose message speaks of transactions).
-            raise ValueError(
-                f"message {msg_id} is not delivered-and-unacked on queue {name!r} any more: "
-                "it was acked, or its queue deleted, while it was being dead-lettered; "
-                "nothing was dead-lettered"
-            ) from None
-
-    def _dead_letter(self, rt: _QueueRuntime, msg_id: int, put: codec.Put, dlq: str) -> None:
-        """Write the dead-letter move of a delivered message (without the lock)."""
-        headers = {**put.headers, "x-dead-letter-from": rt.name, "x-original-id": str(msg_id)}
-        # Keeping the message matters more than the two headers that say where it
-        # came from: it goes without them when they would not fit.
-        if len(headers) > fmt.MAX_HEADERS:
-            without_them = (
-                f"it carries {len(put.headers)} headers, and a message may carry {fmt.MAX_HEADERS}"
-            )
-        else:
-            try:
-                self._write_batch([_PendingPut(dlq, put.body, headers, put.priority)], [msg_id])
-                return
-            except MessageTooLargeError:
-                without_them = "with them it would not fit in a data file"
-        try:
-            self._write_batch([_PendingPut(dlq, put.body, put.headers, put.priority)], [msg_id])
-            log.warning(
-                "msgcask: message %d dead-lettered into %r without x-dead-letter-from and "
-                "x-original-id: %s",
-                msg_id,
-                dlq,
-                without_them,
-            )
-        except MessageTooLargeError as e:
-            raise MessageTooLargeError(
-                f"message {msg_id} is due for dead-lettering into {dlq!r}, but its copy there "
-                f"does not fit in a data file ({e}). It stays delivered and unacked: ack it "
-                "to drop it, or reopen the store with a larger max_file_size and nack it again"
-            ) from None
-
-    def _browse(self, name: str) -> Iterator[Message]:
-        """Yield the queue's messages in delivery order, a chunk at a time."""
-        start: bytes | None = None
-        qid: int | None = None
-        while True:
-            chunk: list[Message] = []
-            with self._lock:
-                self._check_open()
-                rt = self._existing_runtime(name)
-                # Deleted between chunks (and perhaps made again: a new queue id,
-                # whose keys all sort after ``start``): the queue browsed is gone.
-                if rt is None or qid not in (None, rt.qid):
-                    return
-                qid = rt.qid
-                for key in self._catalog.queue_order(rt.qid, start):
-                    if key == start:
-                        continue
-                    start = key
-                    msg_id = keys.order_key_id(key)
-                    entry = self._catalog.lookup(msg_id)
-                    if not isinstance(entry, Live):  # pragma: no cover
-                        continue
-                    # A delivered message stays its consumer's to ack or nack:
-                    # if it cannot be read here it is left out, not quarantined
-                    # (a nack puts it back, and the next get quarantines it).
-                    put = self._read_put(msg_id, entry, quarantine=msg_id not in self._inflight)
-                    if put is not None:
-                        chunk.append(
-                            self._message_type(  # so another store's ack refuses it
-                                msg_id,
-                                name,
-                                put.body,
-                                put.headers,
-                                entry.priority,
-                                entry.deliveries,
-                            )
-                        )
-                    if len(chunk) >= 256:
-                        break
-            if not chunk:
-                return
-            yield from chunk
 
     def _len(self, name: str) -> int:
         with self._lock:
@@ -1894,29 +1583,7 @@ class Store(Uncopyable):
             return "delivered" if msg_id in self._inflight else "live"
 
 
-def _not_the_latest_delivery(msg_id: int, deliveries: int, latest: int) -> str:
-    """Why a Message of delivery ``deliveries`` cannot settle message ``msg_id``,
-    delivered ``latest`` times: an earlier delivery's, a listing of browse() made
-    before the delivery, or a count no get() gave (a Message built or changed)."""
-    if 0 < deliveries < latest:
-        what = (
-            f"this Message is delivery {deliveries} of message {msg_id}, which was delivered "
-            f"again since (delivery {latest})"
-        )
-    elif deliveries == 0:
-        what = (
-            f"this Message of message {msg_id} was listed by browse() before the message was "
-            f"delivered (delivery {latest} is unacked)"
-        )
-    else:
-        what = (
-            f"this Message says it is delivery {deliveries} of message {msg_id}, whose latest "
-            f"delivery is {latest}: get() did not return it"
-        )
-    return f"{what}; ack or nack the latest delivery's Message (or the message's id)"
-
-
-def _batch_record_size(encoded: list[tuple[_PendingPut, bytes]], acks: list[int]) -> int:
+def _batch_record_size(encoded: list[tuple[PendingPut, bytes]], acks: list[int]) -> int:
     """The size of the batch record of ``encoded`` puts (with their headers
     encoded) and ``acks``."""
     return (

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
-from msgcask import validate
+from msgcask import delivery, validate
 from msgcask.message import Message
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class Queue:
         priority: int = 4,
     ) -> list[int]:
         """Store several messages atomically (all or none after a crash); return their ids."""
-        from msgcask.db import _PendingPut
+        from msgcask.db import PendingPut
 
         if isinstance(bodies, (bytes, bytearray, memoryview, str)):
             raise TypeError("put_many takes an iterable of message bodies, not one body")
@@ -86,7 +86,7 @@ class Queue:
             )
         hdrs = validate.headers(headers)
         prio = validate.priority(priority)
-        pending = [_PendingPut(self._name, validate.body(b), hdrs, prio) for b in bodies]
+        pending = [PendingPut(self._name, validate.body(b), hdrs, prio) for b in bodies]
         if not pending:
             self._store._check_open()  # nothing to write, but a closed store says so
             return []
@@ -118,7 +118,7 @@ class Queue:
         if selector is not None and not callable(selector):
             raise TypeError("selector must be a callable taking the headers dict, or None")
         try:
-            return self._store._get(self._name, block, wait, selector)
+            return delivery.get(self._store, self._name, block, wait, selector)
         except lmdb.Error as e:
             raise self._store._index_failed(e) from e
 
@@ -129,7 +129,7 @@ class Queue:
         earlier delivery (the message was delivered again since) or one another
         store delivered (ids repeat across stores)."""
         try:
-            self._store._ack(self._name, message)
+            delivery.ack(self._store, self._name, message)
         except lmdb.Error as e:
             raise self._store._index_failed(e) from e
 
@@ -140,7 +140,7 @@ class Queue:
         would not fit in a data file (logged); MessageTooLargeError if even the
         copy without them does not fit, and the message stays delivered."""
         try:
-            self._store._nack(self._name, message)
+            delivery.nack(self._store, self._name, message)
         except lmdb.Error as e:
             raise self._store._index_failed(e) from e
 
@@ -154,7 +154,7 @@ class Queue:
     def browse(self) -> Iterator[Message]:
         """Iterate over the queue's messages in delivery order without delivering them."""
         try:
-            yield from self._store._browse(self._name)
+            yield from delivery.browse(self._store, self._name)
         except lmdb.Error as e:
             raise self._store._index_failed(e) from e
 

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
-from msgcask import validate
+from msgcask import delivery, validate
 from msgcask.message import Message, delivered_id
 from msgcask.uncopyable import Uncopyable
 
 if TYPE_CHECKING:
-    from msgcask.db import Store, _PendingPut
+    from msgcask.db import PendingPut, Store
 
 
 def not_ackable(msg_id: int) -> str:
@@ -46,7 +46,7 @@ class Transaction(Uncopyable):
                 f"got {type(store).__name__}"
             )
         self._store = store
-        self._puts: list[_PendingPut] = []
+        self._puts: list[PendingPut] = []
         # The ids acked, in order (a dict: a second ack of one is refused at once).
         self._acks: dict[int, None] = {}
         # The acks given as Messages: the commit checks each is still the latest
@@ -66,10 +66,10 @@ class Transaction(Uncopyable):
         priority: int = 4,
     ) -> int:
         """Add a put to the transaction; return the id the message will have."""
-        from msgcask.db import _PendingPut
+        from msgcask.db import PendingPut
 
         self._check_usable()
-        pending = _PendingPut(
+        pending = PendingPut(
             validate.queue_name(queue),
             validate.body(body),
             validate.headers(headers),
@@ -98,7 +98,7 @@ class Transaction(Uncopyable):
             store._check_open()
             held = store._inflight.get(msg_id)
             if isinstance(message, Message):
-                store._check_delivery(message, held)
+                delivery.check_delivery(store, message, held)
             if held is None or msg_id in self._acks:
                 raise ValueError(not_ackable(msg_id))
         self._acks[msg_id] = None
