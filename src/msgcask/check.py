@@ -80,7 +80,7 @@ class ScanReport:
             if f.header_error:  # its message names the file already
                 out.append(f.header_error)
             out += [f"{f.path}: {_describe(d)}" for d in f.damage if d is not skip]
-            if f.manifest_damaged:
+            if f.manifest_damaged and not f.redundant:  # a redundant one goes: not kept
                 out.append(
                     f"{f.path}: compacted file without an intact MANIFEST"
                     " (kept; its victims are kept too)"

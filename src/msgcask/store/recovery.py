@@ -381,15 +381,17 @@ class Recovery:
         return victims is not None and all(v in self.files.handles for v in victims)
 
     def _manifest(self, file_id: int) -> list[int] | None:
-        """The victims named by a compacted file's MANIFEST, or None (reported
-        once) if that record is damaged."""
-        if file_id in self._manifests:
-            return self._manifests[file_id]
+        """The victims named by a compacted file's MANIFEST, or None if that
+        record is damaged (``_settle_compactions`` reports it)."""
+        if file_id not in self._manifests:
+            handle = self.files.handles[file_id]
+            head = handle.read(fmt.FILE_HEADER_SIZE, MAX_MANIFEST_BYTES)
+            self._manifests[file_id] = parse_manifest(head)
+        return self._manifests[file_id]
+
+    def _report_kept(self, file_id: int) -> None:
+        """Report a compacted file without an intact MANIFEST, which is kept whole."""
         handle = self.files.handles[file_id]
-        victims = parse_manifest(handle.read(fmt.FILE_HEADER_SIZE, MAX_MANIFEST_BYTES))
-        self._manifests[file_id] = victims
-        if victims is not None:
-            return victims
         report = CorruptionReport(
             file_id,
             handle.path,
@@ -400,7 +402,6 @@ class Recovery:
         )
         self.report.corruptions.append(report)
         log.error("msgcask: %s", report)
-        return None
 
     # -- rebuild from every file ------------------------------------------------------
 
@@ -463,10 +464,16 @@ class Recovery:
         return catalog
 
     def _settle_compactions(self) -> None:
-        """Remove the files the MANIFEST rule makes redundant (store/manifest_rule.py)."""
+        """Remove the files the MANIFEST rule makes redundant (store/manifest_rule.py),
+        and report each compacted file kept without an intact MANIFEST (one that a
+        newer compacted file replaced is redundant like any victim: not kept)."""
         compacted = [f for f, h in self.files.headers.items() if h.kind == fmt.KIND_COMPACTED]
-        for file_id in redundant_files(set(self.files.handles), compacted, self._manifest):
+        redundant = redundant_files(set(self.files.handles), compacted, self._manifest)
+        for file_id in redundant:
             self._remove(file_id)
+        for file_id in sorted(compacted):
+            if file_id not in redundant and self._manifest(file_id) is None:
+                self._report_kept(file_id)
 
     # -- shared ----------------------------------------------------------------------
 
