@@ -550,18 +550,18 @@ def test_every_crash_point_is_explained() -> None:
         assert f"`{name}`" in text, f"docs/design.md does not explain crash point {name}"
 
 
+def _anchors(text: str) -> set[str]:
+    out = set()
+    for heading in re.findall(r"^#+ (.+)$", text, re.M):
+        out.add(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-"))
+    return out
+
+
 def test_docs_link_to_existing_pages_and_anchors() -> None:
     pages = {p.name: p.read_text(encoding="utf-8") for p in DOCS.glob("*.md")}
     owned = ("index.md", "format.md", "design.md", "tuning.md", "operations.md")
     for name in owned:
         assert name in pages, f"docs/{name} is missing"
-
-    def anchors(text: str) -> set[str]:
-        out = set()
-        for heading in re.findall(r"^#+ (.+)$", text, re.M):
-            slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-            out.add(slug)
-        return out
 
     for name, text in pages.items():
         for target, anchor in re.findall(r"\]\(([\w.-]*\.md|)(?:#([\w-]+))?\)", text):
@@ -570,7 +570,22 @@ def test_docs_link_to_existing_pages_and_anchors() -> None:
                 continue  # a page another part of the project provides
             assert page in pages, f"docs/{name} links to missing {page}"
             if anchor:
-                assert anchor in anchors(pages[page]), f"docs/{name}: no #{anchor} in {page}"
+                assert anchor in _anchors(pages[page]), f"docs/{name}: no #{anchor} in {page}"
+
+
+def test_readme_links_to_existing_files_and_anchors() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)#\s]*)(?:#([\w-]+))?\)", text)
+    assert links
+    for target, anchor in links:
+        if "://" in target:
+            continue
+        path = ROOT / target if target else ROOT / "README.md"
+        assert path.exists(), f"README.md links to missing {target}"
+        if anchor:
+            assert anchor in _anchors(path.read_text(encoding="utf-8")), (
+                f"README.md: no #{anchor} in {target or 'README.md'}"
+            )
 
 
 # -- operations.md ---------------------------------------------------------------------
