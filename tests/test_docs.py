@@ -27,7 +27,11 @@ what the CLI prints for the store the session's own snippet makes; so must its
 damaged copy's ``msgcask check``, with the lines it says an open and a drain log,
 and the ``StoreFullError`` and ``StoreLockedError`` it quotes are what msgcask raises.
 docs/pipeline.md's audit transcript must hold the figures of the store its snippet
-makes. bench/README.md names every directory of ``bench/results``, and
+makes. The commands README.md's command-line block, docs/operations.md's command
+table and docs/pipeline.md's synopses write name the arguments, in order, and the
+options' values as ``--help`` does (``STORE``, not ``PATH``), and pipeline.md's
+``<!-- commandoptions -->`` table gives every pipeline option with its commands and
+the default and choices its ``--help`` states. bench/README.md names every directory of ``bench/results``, and
 docs/benchmarks.md's method gives the span of dates of its results.
 
 Every ``python`` code block of README.md and docs/*.md runs as written (with its
@@ -604,6 +608,94 @@ def test_every_cli_command_is_in_the_command_table() -> None:
     )
 
 
+def _synopsis(line: str) -> tuple[click.Command, list[str], dict[str, str | None]]:
+    """A documented ``msgcask WORDS ARGS... [--option VALUE] ...`` line as the
+    command it names, its positional arguments' names, and each option with the
+    name the line gives its value (None for a flag, ``a|b`` for choices)."""
+    tokens = [t for t in line.replace("[", " ").replace("]", " ").split() if t != "..."]
+    assert tokens[0] == "msgcask", line
+    words = []
+    while cli_command([*words, tokens[len(words) + 1]]) is not None:
+        words.append(tokens[len(words) + 1])
+        if len(words) + 1 == len(tokens):
+            break
+    command = cli_command(words)
+    assert command is not None and words, line
+    arguments: list[str] = []
+    options: dict[str, str | None] = {}
+    rest = tokens[len(words) + 1 :]
+    for i, token in enumerate(rest):
+        if token.startswith("--"):
+            value = rest[i + 1] if i + 1 < len(rest) and not rest[i + 1].startswith("--") else None
+            flag = cli_options(command)[token].is_flag
+            options[token] = None if flag else value
+        elif i and rest[i - 1].startswith("--") and options[rest[i - 1]] == token:
+            continue  # an option's value
+        else:
+            arguments.append(token)
+    return command, arguments, options
+
+
+def _help_metavars(command: click.Command) -> tuple[list[str], dict[str, str | None]]:
+    """The names ``--help`` gives: its usage line's arguments, and each option's value."""
+    ctx = click.Context(command, info_name="msgcask")
+    arguments = [p.make_metavar(ctx) for p in command.params if isinstance(p, click.Argument)]
+    options = {
+        name: None if option.is_flag else option.make_metavar(ctx)
+        for name, option in cli_options(command).items()
+    }
+    return arguments, options
+
+
+def _check_synopsis(page: str, line: str, every_option: bool) -> None:
+    command, arguments, options = _synopsis(line)
+    help_arguments, help_options = _help_metavars(command)
+    assert arguments == help_arguments, f"{page}: {line!r}: --help says {help_arguments}"
+    for name, value in options.items():
+        said = help_options[name]
+        option = cli_options(command)[name]
+        if isinstance(option.type, click.Choice):
+            assert value == "|".join(map(str, option.type.choices)), f"{page}: {line!r}: {name}"
+        else:
+            assert value == said, f"{page}: {line!r}: {name} {value}, --help: {name} {said}"
+        if option.multiple:
+            assert f"{name} {value} ..." in line, f"{page}: {line!r}: {name} is repeatable"
+    if every_option:
+        missing = set(help_options) - set(options) - {"--help"}
+        assert not missing, f"{page}: {line!r} lacks {sorted(missing)}"
+
+
+def test_the_command_table_names_arguments_and_options_as_help_does() -> None:
+    """docs/operations.md's table writes each command as its ``--help`` does: the
+    same names for the arguments, in the same order, and for the options' values."""
+    text = (DOCS / "operations.md").read_text(encoding="utf-8")
+    lines = re.findall(r"^\| `(msgcask [^`]+)`", text, re.M)
+    assert len(lines) >= 10, lines
+    for line in lines:
+        _check_synopsis("operations.md", line, every_option=False)
+
+
+def test_the_readme_names_arguments_and_options_as_help_does() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## The command line") :]
+    lines = [line.split("#")[0].strip() for line in fenced_blocks(section, "sh")[0].splitlines()]
+    assert len(lines) >= 10, lines
+    for line in lines:
+        _check_synopsis("README.md", line, every_option=False)
+
+
+def test_the_bench_workloads_are_named_in_its_help_and_the_docs() -> None:
+    from msgcask.cli.bench import bench
+    from msgcask.workloads.config import WORKLOAD_NAMES
+
+    ctx = click.Context(bench, info_name="bench")
+    said = bench.get_help(ctx)
+    for name in WORKLOAD_NAMES:
+        assert name in said.replace("\n", " "), f"msgcask bench --help does not name {name}"
+    text = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    assert f"workload spec ({', '.join(WORKLOAD_NAMES)})" in " ".join(text.split())
+
+
 def transcripts(text: str) -> list[tuple[str, list[str]]]:
     """(command line, output lines) of every ``$ msgcask`` line in ``text``'s code blocks."""
     out: list[tuple[str, list[str]]] = []
@@ -668,6 +760,66 @@ def _pipeline_table(marker: str) -> Table:
 
 def _names(table: Table) -> list[str]:
     return [n for row in table.rows for n in re.findall(r"`([a-z_]+)`", row[0])]
+
+
+def _pipeline_synopses() -> list[str]:
+    """The lines of the first shell block of pipeline.md's "The commands"."""
+    text = (DOCS / "pipeline.md").read_text(encoding="utf-8")
+    return fenced_blocks(text[text.index("## The commands") :], "sh")[0].splitlines()
+
+
+def test_the_pipeline_synopses_are_what_help_says() -> None:
+    """Every option of each command, with its value named as ``--help`` names it,
+    and its arguments in order (``STORE``, not ``PATH``)."""
+    from msgcask.cli.pipeline import pipeline
+
+    lines = _pipeline_synopses()
+    assert sorted(line.split()[2] for line in lines) == sorted(pipeline.commands), lines
+    for line in lines:
+        _check_synopsis("pipeline.md", line, every_option=True)
+
+
+_HELP_DEFAULT = re.compile(r"\[default: (.+?)(?:; [^\]]*)?\]$")
+
+
+def test_the_pipeline_options_table_gives_what_help_gives() -> None:
+    """Each option of the pipeline commands is a row: the commands that have it,
+    its value's name, the default ``--help`` states (or none), and its choices."""
+    from msgcask.cli.pipeline import pipeline
+
+    table = _pipeline_table("commandoptions")
+    rows = {code_span(r[0]).split()[0]: r for r in table.rows}
+    seen = set()
+    for name, command in pipeline.commands.items():
+        ctx = click.Context(command, info_name=name)
+        _, metavars = _help_metavars(command)
+        for option_name, option in cli_options(command).items():
+            if option_name == "--help":
+                continue
+            seen.add(option_name)
+            assert option_name in rows, f"pipeline.md commandoptions: no {option_name}"
+            row = rows[option_name]
+            assert f"`{name}`" in row[1], f"{option_name}: {name} is not in {row[1]!r}"
+            value = metavars[option_name]
+            if value is None or isinstance(option.type, click.Choice):
+                assert code_span(row[0]) == option_name, row
+            else:
+                assert code_span(row[0]) == f"{option_name} {value}", (row, value)
+            record = option.get_help_record(ctx)
+            assert record is not None
+            default = _HELP_DEFAULT.search(record[1])
+            if default is None:
+                assert "`" not in row[2], f"{option_name}: --help states no default: {row}"
+            else:
+                assert code_span(row[2]) == default.group(1), (row, record[1])
+            if isinstance(option.type, click.Choice):
+                for choice in option.type.choices:
+                    assert f"`{choice}`" in row[3], f"{option_name}: {row} lacks {choice}"
+    for option_name, row in rows.items():
+        commands = set(re.findall(r"`([a-z-]+)`", row[1]))
+        having = {n for n, c in pipeline.commands.items() if option_name in cli_options(c)}
+        assert commands == having, f"{option_name}: the table says {commands}, the CLI {having}"
+    assert set(rows) == seen
 
 
 def test_pipeline_columns_are_the_data_sources() -> None:

@@ -255,9 +255,13 @@ def _refuse_overridden_options(ctx: click.Context, compaction: str, capped: bool
             raise click.UsageError(message)
 
 
-@click.command()
+# Usage says WORKLOAD, as the docs write it; the help names the choices.
+@click.command(
+    help=f"Run one standard WORKLOAD ({', '.join(WORKLOAD_NAMES)}) on msgcask and its "
+    "peers; write JSON and plots to --out."
+)
 @click.pass_context
-@click.argument("workload", type=click.Choice(WORKLOAD_NAMES))
+@click.argument("workload", metavar="WORKLOAD", type=click.Choice(WORKLOAD_NAMES))
 @click.option(
     "--messages",
     "-n",
@@ -438,7 +442,7 @@ def bench(
     no_progress: bool,
     one_cpu: bool,
 ) -> None:
-    """Run one standard WORKLOAD on msgcask and its peers; write JSON and plots to --out."""
+    """``msgcask bench WORKLOAD`` (its help is the command's ``help``, which names the workloads)."""
     from msgcask.workloads.report import summary
     from msgcask.workloads.runner import run_and_write
     from msgcask.workloads.subjects import parse_peers

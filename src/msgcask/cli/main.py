@@ -98,6 +98,9 @@ def _open(path: str, max_file_size: int | None = None, *, look_only: bool = True
     )
 
 
+# The store's directory, named STORE in --help as the docs name it.
+STORE = click.argument("path", metavar="STORE", type=click.Path(exists=True, file_okay=False))
+
 MAX_FILE_SIZE = click.option(
     "--max-file-size",
     type=FILE_SIZE,  # as bench and demo read it: 65536, 64KiB or 64k
@@ -108,7 +111,7 @@ MAX_FILE_SIZE = click.option(
 
 
 @main.command()
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@STORE
 @click.option(
     "--index/--no-index",
     default=False,
@@ -171,7 +174,7 @@ def _index_problems(path: str, max_file_size: int | None) -> list[str]:
 
 
 @main.command()
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@STORE
 @MAX_FILE_SIZE
 def stats(path: str, max_file_size: int | None) -> None:
     """Print sizes, live data and per-file accounting."""
@@ -216,14 +219,14 @@ class _FileIdCommand(click.Command):
                 raise
             raise click.BadParameter(
                 f"{negative} is not a data file id: ids are the numbers in the data files' "
-                "names, from 1 (0000000001.log is 1); `msgcask stats PATH` lists them",
+                "names, from 1 (0000000001.log is 1); `msgcask stats STORE` lists them",
                 ctx=ctx,
                 param_hint="'FILE_ID'",
             ) from None
 
 
 @main.command("why-kept", cls=_FileIdCommand)
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@STORE
 @click.argument("file_id", type=int)
 @MAX_FILE_SIZE
 def why_kept(path: str, file_id: int, max_file_size: int | None) -> None:
@@ -254,9 +257,10 @@ def why_kept(path: str, file_id: int, max_file_size: int | None) -> None:
 
 
 @main.command()
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@STORE
 @click.option(
     "--threshold",
+    metavar="FRACTION",
     type=BoundedFloat(0, 1, low_open=True),
     default=None,
     help=(

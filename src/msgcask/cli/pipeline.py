@@ -37,11 +37,12 @@ _STARTED = "msgcask.pipeline.started_spark"  # click meta: the session a command
 
 MASTER = click.option(
     "--master",
+    metavar="URL",
     default=DEFAULT_MASTER,
     show_default=True,
     help="Spark master URL: local[N] on this machine, or a cluster's.",
 )
-STORE = click.argument("path", type=click.Path(exists=True, file_okay=False))
+STORE = click.argument("path", metavar="STORE", type=click.Path(exists=True, file_okay=False))
 
 
 def _spark(master: str):  # type: ignore[no-untyped-def]
@@ -111,7 +112,12 @@ def pipeline() -> None:
     "--json", "json_out", type=click.Path(dir_okay=False), help="Also write the audit here."
 )
 @click.option(
-    "--rows", default=40, show_default=True, type=click.IntRange(min=0), help="Files to list."
+    "--rows",
+    metavar="N",
+    default=40,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Files the table lists (--json writes them all).",
 )
 def audit(path: str, master: str, json_out: str | None, rows: int) -> None:
     """Account for every data file from its records: live messages and bytes,
@@ -180,11 +186,17 @@ def audit(path: str, master: str, json_out: str | None, rows: int) -> None:
 @click.argument("out", type=click.Path())
 @MASTER
 @click.option(
-    "--format", "fmt", type=click.Choice(["parquet", "json"]), default="parquet", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["parquet", "json"]),
+    default="parquet",
+    show_default=True,
+    help="Parquet, or JSON lines.",
 )
 @click.option(
     "--queue",
     "queues",
+    metavar="QUEUE",
     multiple=True,
     help="Export every live message of this queue instead (repeatable).",
 )
@@ -277,6 +289,7 @@ def sweep_line(row: dict[str, Any]) -> str:
 @MASTER
 @click.option(
     "--thresholds",
+    metavar="T,T,...",
     type=_ListOf(_Setting(lambda t: check_threshold("compaction_threshold", t))),
     default="0.25,0.5,0.75",
     show_default=True,
@@ -284,6 +297,7 @@ def sweep_line(row: dict[str, Any]) -> str:
 )
 @click.option(
     "--file-sizes",
+    metavar="SIZE,SIZE,...",
     type=_ListOf(FILE_SIZE),  # as every other size option reads it
     default="256KiB,1MiB",
     show_default=True,
@@ -291,6 +305,7 @@ def sweep_line(row: dict[str, Any]) -> str:
 )
 @click.option(
     "--pass-every",
+    metavar="N",
     default=DEFAULT_PASS_EVERY,
     show_default=True,
     type=click.IntRange(min=1),
