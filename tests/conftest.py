@@ -8,7 +8,8 @@
   Slow suites always run, at small sizes by default.
 * ``verify``: the store's own consistency, checked through the public API only.
 * ``make_sparse``: sparse data files with a tenth of their messages left live.
-* ``spark``: one Spark session for every Spark test (starting one takes seconds);
+* ``spark``: one Spark session for every Spark test (starting one takes seconds),
+  started with a JVM option of the user's own (``user_java_option``);
   ``spark_runtime`` for those that start Spark processes of their own.
   Spark tests are marked ``spark`` and always run: without PySpark or Java they
   fail, saying what to install (``make test`` installs both).
@@ -250,9 +251,34 @@ def spark_runtime() -> None:
 
 
 @pytest.fixture(scope="session")
-def spark(spark_runtime: None) -> Iterator[Any]:
+def user_java_option(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, Path]:
+    """A user's own JVM option, set the way Spark reads settings before its JVM
+    starts: ``spark.driver.extraJavaOptions`` in the ``spark-defaults.conf`` of a
+    ``SPARK_CONF_DIR``. The system property it sets, its value, and that directory."""
+    from spark_cluster import write_spark_defaults
+
+    name, value = "msgcask.tests.user-option", "kept"
+    conf_dir = write_spark_defaults(
+        tmp_path_factory.mktemp("user") / "spark-conf",
+        {"spark.driver.extraJavaOptions": f"-D{name}={value}"},
+    )
+    return name, value, conf_dir
+
+
+@pytest.fixture(scope="session")
+def spark(spark_runtime: None, user_java_option: tuple[str, str, Path]) -> Iterator[Any]:
+    """The session every Spark test shares, started as a user with JVM options of
+    their own starts it (``user_java_option``)."""
     from msgcask.pipeline.session import QUIET_CONF, spark_session
 
-    session = spark_session(conf=QUIET_CONF)
+    before = os.environ.get("SPARK_CONF_DIR")
+    os.environ["SPARK_CONF_DIR"] = str(user_java_option[2])
+    try:
+        session = spark_session(conf=QUIET_CONF)
+    finally:  # read once, as the JVM starts: the tests' own processes do not see it
+        if before is None:
+            del os.environ["SPARK_CONF_DIR"]
+        else:
+            os.environ["SPARK_CONF_DIR"] = before
     yield session
     session.stop()

@@ -102,6 +102,26 @@ def test_the_jobs_take_a_session_made_without_spark_session(
     assert run.stdout.split() == [str(live)]
 
 
+def test_a_users_java_options_are_kept_with_msgcasks_own(
+    spark: Any, user_java_option: tuple[str, str, Path]
+) -> None:
+    """msgcask's JVM options (its log configuration; in local mode, a JVM that
+    compiles less) do not replace the user's spark.driver.extraJavaOptions: the
+    fixture's session was started with one in spark-defaults.conf. The user's
+    come after msgcask's, so the user's win where both set the same option."""
+    from msgcask.pipeline.session import QUIET_CONF
+
+    name, value, _ = user_java_option
+    jvm = spark.sparkContext._jvm
+    assert jvm.System.getProperty(name) == value
+    given = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    ours = " ".join(v for k, v in QUIET_CONF.items() if k.endswith("JavaOptions")).split()
+    assert ours and all(option in given for option in ours), (ours, given)
+    assert given.index(f"-D{name}={value}") > max(given.index(option) for option in ours)
+    log_config = next(o for o in ours if o.startswith("-Dlog4j2.configurationFile="))
+    assert jvm.System.getProperty("log4j2.configurationFile") == log_config.split("=", 1)[1]
+
+
 @pytest.mark.parametrize("partition_bytes", [None, 1], ids=["one task", "a task per file"])
 def test_the_audit_equals_the_index_file_by_file(
     spark: Any, tmp_path: Path, scaled: Any, partition_bytes: int | None

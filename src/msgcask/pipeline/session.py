@@ -35,26 +35,30 @@ STANDALONE_PORT = 7077  # a spark:// master's port when its URL names none
 # with "Cannot call methods on a stopped SparkContext".
 MASTER_CONNECT_SECONDS = 5.0
 _LOG_CONFIG = os.path.join(os.path.dirname(__file__), "log4j2.properties")
+_LOG_OPTION = f"-Dlog4j2.configurationFile={_LOG_CONFIG}"
+# msgcask's JVM options for the driver go in spark.driver.defaultJavaOptions,
+# never in spark.driver.extraJavaOptions: Spark starts the JVM with the default
+# options and then the extra ones, so the extra options a user sets (in
+# spark-defaults.conf, with --conf or --driver-java-options in
+# PYSPARK_SUBMIT_ARGS, or in a conf of their own) are kept, and come after
+# msgcask's (the last of two settings of one option is the one the JVM takes).
+#
 # On any master, a cluster's too: the driver runs in this process's JVM, whose
-# log (errors only) and progress bars would fill the command's terminal. The
-# log file is a default option, not an extra one: the JVM options a user sets
-# (spark.driver.extraJavaOptions, in spark-defaults.conf say) are kept, and
-# come after it.
+# log (errors only) and progress bars would fill the command's terminal.
 TERMINAL_CONF = {
     "spark.ui.showConsoleProgress": "false",
-    "spark.driver.defaultJavaOptions": f"-Dlog4j2.configurationFile={_LOG_CONFIG}",
+    "spark.driver.defaultJavaOptions": _LOG_OPTION,
 }
-# Local jobs and tests, also: no web UI, few shuffle partitions, a JVM that
-# spends less CPU compiling (about half the JVM's CPU on two cores; its code
-# cache is made larger, as that compiler fills the default in a session of a
-# few dozen jobs, and then stops compiling).
+# Local jobs and tests: a JVM that spends less CPU compiling (about half the
+# JVM's CPU on two cores; its code cache is made larger, as that compiler fills
+# the default in a session of a few dozen jobs, and then stops compiling).
+QUIET_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=512m"
+# Local jobs and tests, also: no web UI, few shuffle partitions.
 QUIET_CONF = {
     **TERMINAL_CONF,
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
-    "spark.driver.extraJavaOptions": (
-        "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=512m"
-    ),
+    "spark.driver.defaultJavaOptions": f"{_LOG_OPTION} {QUIET_JAVA_OPTIONS}",
 }
 
 
