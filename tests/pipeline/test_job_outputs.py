@@ -287,6 +287,40 @@ def test_a_failed_job_says_one_line() -> None:
     assert job_failure(ValueError("not Spark's")) is None
 
 
+# What PySpark raises when a task fails writing an export (a Py4JJavaError), cut short.
+WRITE_TRACE = """An error occurred while calling o185.json.
+: org.apache.spark.SparkException: [TASK_WRITE_FAILED] Task failed while writing rows to file:/x/.dead.msgcask-new-1/_temporary/0/part-00001-c000.json. SQLSTATE: 58030
+\tat org.apache.spark.sql.errors.QueryExecutionErrors$.taskFailedWhileWritingRowsError(QueryExecutionErrors.scala:823)
+\tSuppressed: org.apache.spark.SparkException: [TASK_WRITE_FAILED] Task failed while writing rows to file:/x/.dead.msgcask-new-1. SQLSTATE: 58030
+\t\t... 1 more
+\tCaused by: org.apache.hadoop.fs.FSError: java.io.IOException: No space left on device
+\t\t... 21 more
+\tCaused by: java.io.IOException: Suppressed, not the cause
+\t\t... 43 more
+Caused by: org.apache.hadoop.fs.FSError: java.io.IOException: No space left on device
+\tat org.apache.hadoop.fs.RawLocalFileSystem$LocalFSFileOutputStream.write(RawLocalFileSystem.java:549)
+\t... 1 more
+Caused by: java.io.IOException: No space left on device
+\tat java.base/java.io.FileOutputStream.writeBytes(Native Method)
+\t... 52 more
+"""
+
+
+def test_a_failed_write_is_its_root_cause() -> None:
+    from msgcask.pipeline.failures import write_failure
+
+    failed = _spark_error("py4j.protocol", "Py4JJavaError", WRITE_TRACE)
+    assert write_failure(failed) == "java.io.IOException: No space left on device"
+    causeless = WRITE_TRACE.split("\tSuppressed:")[0]
+    assert write_failure(_spark_error("py4j.protocol", "Py4JJavaError", causeless)) == (
+        "org.apache.spark.SparkException: [TASK_WRITE_FAILED] Task failed while writing rows "
+        "to file:/x/.dead.msgcask-new-1/_temporary/0/part-00001-c000.json. SQLSTATE: 58030"
+    )
+    # Other failures are not a write's, nor is what Spark did not raise.
+    assert write_failure(_spark_error("py4j.protocol", "Py4JJavaError", JVM_TRACE)) is None
+    assert write_failure(OSError(WRITE_TRACE)) is None
+
+
 @pytest.mark.parametrize(
     "args",
     [["audit", "{store}"], ["dead-letters", "{store}", "{out}"], ["sweep", "{store}"]],

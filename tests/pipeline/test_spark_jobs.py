@@ -4,14 +4,17 @@ letters the store would deliver, bodies included."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import resource
 import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -710,6 +713,128 @@ def test_a_job_that_fails_in_spark_ends_with_one_line(
         result.output.startswith("Error: the Spark job failed: ") and "Exception" in result.output
     )
     assert len(result.output.splitlines()) == 1, result.output
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    """Every file under ``path`` (relative name -> bytes)."""
+    return {str(f.relative_to(path)): f.read_bytes() for f in path.rglob("*") if f.is_file()}
+
+
+# What the JVM may write to a file while a test makes its writes fail for real: the
+# JSON lines of ``dead_letter_store``'s export need more, its other files (the
+# shuffle's, of compressible bodies) far less.
+FILE_SIZE_LIMIT = 256 * 1024
+
+
+def dead_letter_store(path: Path) -> None:
+    """30 dead letters of 20 KB: a JSON export of them holds files over
+    FILE_SIZE_LIMIT (base64 makes the bodies larger); their compressible bodies
+    keep the shuffle's files under it."""
+    with msgcask.open(path, max_file_size=2**20, compaction_interval=None) as store:
+        orders = store.queue("orders", max_deliveries=1)
+        for i in range(30):
+            orders.put(b"%d" % i * 20_000)
+            orders.nack(orders.get(block=False))
+
+
+@contextlib.contextmanager
+def files_limited(spark: Any, size: int) -> Iterator[None]:
+    """While the block runs, the session's JVM may make files of ``size`` bytes at
+    most (its RLIMIT_FSIZE, as `ulimit -f` sets it for a process it starts): a
+    write past that fails with EFBIG, "File too large", as a full disk fails one
+    with ENOSPC. (The JVM ignores SIGXFSZ, which would otherwise end it.)"""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    before = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(pid, resource.RLIMIT_FSIZE, (size, before[1]))
+    try:
+        yield
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, before)
+
+
+def test_an_export_that_fails_writing_keeps_the_old_one_and_leaves_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    """--overwrite writes the new export beside OUT and swaps it in once Spark
+    wrote all of it: a job that fails writing leaves the old export byte for byte,
+    and nothing beside it. Without --overwrite, a failed export leaves no OUT (so
+    it can be run again as it was)."""
+    store, out = tmp_path / "store", tmp_path / "dead"
+    dead_letter_store(store)
+    runner = CliRunner()
+    args = ["pipeline", "dead-letters", str(store), str(out), "--format", "json"]
+    assert runner.invoke(main, args).exit_code == 0
+    first = _tree(out)
+    assert max(map(len, first.values())) > FILE_SIZE_LIMIT  # what the limit stops
+    result = runner.invoke(main, [*args, "--queue", "DLQ.orders", "--overwrite"])
+    assert result.exit_code == 0, result.output
+    second = _tree(out)  # another export: its part files have names of their own
+    assert second.keys() != first.keys() and any(name.endswith(".json") for name in second)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dead", "store"]
+    fresh = tmp_path / "fresh"
+    with files_limited(spark, FILE_SIZE_LIMIT):
+        overwriting = runner.invoke(main, [*args, "--overwrite"])
+        creating = runner.invoke(main, [*args[:3], str(fresh), "--format", "json"])
+    for result in (overwriting, creating):
+        assert result.exit_code == 1, result.output
+        assert "java.io.IOException: File too large" in result.output, result.output
+    assert _tree(out) == second
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dead", "store"]
+
+
+def test_a_relative_export_is_written_in_the_working_directory_it_was_checked_in(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JVM's working directory is the one this process had when the session
+    started: after a chdir, a relative OUT is still where the checks looked (and
+    so never the store they kept it from)."""
+    store = tmp_path / "store"
+    pinned_store(store, lambda n: 300)
+    _, dlq = index_view(store)
+    jvm_directory = Path(spark.sparkContext._jvm.System.getProperty("user.dir"))
+    assert not (jvm_directory / "dead").exists()
+    monkeypatch.chdir(tmp_path)
+    assert Path.cwd() != jvm_directory
+    assert export_dead_letters(spark, store, "dead", "json") == len(dlq)
+    assert export_dead_letters(spark, store, "dead", "json", overwrite=True) == len(dlq)
+    assert not (jvm_directory / "dead").exists()
+    assert len(spark.read.json(str(tmp_path / "dead")).collect()) == len(dlq)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dead", "store"]
+
+
+_JVM_STACK = re.compile(r"^\s+at [\w$.]+\(|^Caused by: |^\s*\.\.\. \d+ more|Exception:")
+
+
+def test_an_export_spark_cannot_write_ends_with_one_line(spark: Any, tmp_path: Path) -> None:
+    """In a process of its own, stderr and all, whose files may grow to
+    FILE_SIZE_LIMIT only (as `ulimit -f 256` sets it): Spark's tasks fail writing
+    the export, as on a full disk. The command says so in one line, with what to
+    do, and exit status 1: no Java stack. The export it was to replace is kept."""
+    store, out = tmp_path / "store", tmp_path / "dead"
+    dead_letter_store(store)
+    assert export_dead_letters(spark, store, out, "json") == 30  # the earlier export
+    old = _tree(out)
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+
+    command = ["pipeline", "dead-letters", str(store), str(out), "--format", "json"]
+    run = subprocess.run(
+        [sys.executable, "-m", "msgcask.cli.main", *command, "--overwrite"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limited,
+    )
+    assert run.returncode == 1, run.stderr
+    lines = [line for line in run.stderr.splitlines() if not line.startswith(JVM_STARTUP_LINES)]
+    assert len(lines) == 1, run.stderr
+    (said,) = lines
+    assert said.startswith(f"Error: Spark could not write the export to {out}: "), said
+    assert "java.io.IOException: File too large" in said and "run it again" in said, said
+    assert not _JVM_STACK.search(said.split(": ", 2)[-1].replace("java.io.IOException:", "")), said
+    assert _tree(out) == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dead", "store"]
 
 
 @pytest.mark.parametrize(

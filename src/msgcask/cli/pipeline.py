@@ -81,10 +81,12 @@ class _SparkJobs(click.Group):
         try:
             return super().invoke(ctx)
         except Exception as e:
+            # Stopped whatever the error: a msgcask.Error may be one a job raised
+            # (a task's, a failed write's).
+            _stop_started_spark(ctx)
             failure = job_failure(e)
             if failure is None:
                 raise
-            _stop_started_spark(ctx)
             raise failure from e
 
 

@@ -13,10 +13,11 @@ import os
 from typing import TYPE_CHECKING
 
 from msgcask import validate
-from msgcask.pipeline.failures import task_errors
+from msgcask.errors import Error
+from msgcask.pipeline.failures import task_errors, write_failure
 from msgcask.pipeline.files import local_directory_of, path_text
 from msgcask.pipeline.live import counted, read_rows
-from msgcask.pipeline.outputs import check_spark_output
+from msgcask.pipeline.outputs import check_spark_output, written_beside
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -114,9 +115,12 @@ def export_dead_letters(
 ) -> int:
     """Write the dead letters to ``out`` (a directory of ``fmt`` files, as Spark
     writes); return how many. JSON carries bodies as base64, and NULL columns as
-    ``null``. ``out`` must not exist unless ``overwrite`` (which deletes it
-    first, so it must hold only what an export writes), and may not be the
-    store, be inside it or hold it."""
+    ``null``. ``out`` must not exist unless ``overwrite`` (which replaces it
+    whole, so it must hold only what an export writes), and may not be the
+    store, be inside it or hold it. The export is written beside ``out`` and
+    takes its place once written (``outputs.written_beside``): a job that fails
+    leaves ``out`` as it was. One that fails writing (a full disk, say) is a
+    ``msgcask.Error`` that says why, and what to do."""
     # The store's local path: the output is checked against it, not its URI.
     path, out = local_directory_of(path, "the store"), path_text(out, "the output")
     if fmt not in FORMATS:
@@ -127,14 +131,27 @@ def export_dead_letters(
     check_spark_output(path, out, overwrite)
     frame = dead_letters(spark, path, queues).cache()  # written and counted: read once
     try:
-        writer = frame.write.mode("overwrite" if overwrite else "errorifexists")
-        if fmt == "json":
-            # Every line has every column: Spark leaves a NULL one out (the
-            # dead_letter_from of a message a --queue export takes), and a reader
-            # that infers the schema from the lines would then not have the column.
-            writer = writer.option("ignoreNullFields", "false")
-        with task_errors():
-            getattr(writer, fmt)(out)
-            return frame.count()
+        with written_beside(spark, out, overwrite) as target:
+            writer = frame.write.mode(target.mode)
+            if fmt == "json":
+                # Every line has every column: Spark leaves a NULL one out (the
+                # dead_letter_from of a message a --queue export takes), and a reader
+                # that infers the schema from the lines would then not have the column.
+                writer = writer.option("ignoreNullFields", "false")
+            try:
+                with task_errors():
+                    getattr(writer, fmt)(target.path)
+            except Exception as e:
+                cause = write_failure(e)
+                if cause is None:
+                    raise
+                kept = "The export already there is kept" if target.replacing else "Nothing is left"
+                raise Error(
+                    f"Spark could not write the export to {out}: {cause}. {kept}: once the "
+                    "file system there can take it (space, quota, file size limit, "
+                    "permissions), or with another output, run it again"
+                ) from e
+            with task_errors():
+                return frame.count()
     finally:
         frame.unpersist()

@@ -44,6 +44,26 @@ def task_errors() -> Iterator[None]:
         raise failure from e
 
 
+def write_failure(e: BaseException) -> str | None:
+    """What stopped Spark writing an output's files, if ``e`` is Spark's failure of
+    a task that was writing them (``TASK_WRITE_FAILED``): the Java exception at the
+    root of its causes (``java.io.IOException: No space left on device``), else
+    the one line ``spark_cause`` finds. None for any other exception."""
+    if not _spark_failure(e):
+        return None
+    lines = str(e).splitlines()
+    if not any(_TASK_WRITE_FAILED in line for line in lines):
+        return None
+    # The causes of the failure itself, not those of the exceptions it suppressed
+    # (indented): the last is the root.
+    causes = [line.removeprefix(_CAUSED_BY) for line in lines if line.startswith(_CAUSED_BY)]
+    return causes[-1].strip() if causes else spark_cause(e)
+
+
+_TASK_WRITE_FAILED = "[TASK_WRITE_FAILED]"
+_CAUSED_BY = "Caused by: "
+
+
 def _spark_failure(e: BaseException) -> bool:
     return type(e).__module__.startswith(("pyspark", "py4j"))
 

@@ -8,10 +8,20 @@ before Spark starts, so a mistake costs no job and changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
 import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from msgcask.errors import Error
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
@@ -102,6 +112,104 @@ def _refuse_foreign_contents(path: str, out: str) -> None:
             f"{out} holds files no export writes ({named}), and overwriting replaces the "
             "whole directory: choose another path, or empty it first"
         )
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a job writes an output (``written_beside``): ``path`` in ``mode``
+    (``DataFrameWriter.mode``); ``replacing``: an earlier output is there, which the
+    new one replaces once written."""
+
+    path: str
+    mode: str
+    replacing: bool
+
+
+@contextlib.contextmanager
+def written_beside(spark: SparkSession, out: str, overwrite: bool) -> Iterator[Target]:
+    """The ``Target`` a job writes the directory ``out`` at: a new sibling of it
+    (``.NAME.msgcask-new-...``, on ``out``'s file system as Spark resolves it),
+    which takes ``out``'s place once the block ends without an exception. An
+    ``out`` that exists (refused unless ``overwrite``) is moved aside to another
+    sibling then, and deleted once the new one is in place. If the block raises,
+    the new sibling is deleted: ``out`` is left as it was (or not made), and
+    nothing beside it. Spark's own overwrite would delete ``out`` before it
+    writes, and a failed job would cost the old output.
+
+    A Spark Connect session gives the driver no JVM to move files with: there
+    Spark writes ``out`` itself, in its own way."""
+    jvm, jsc = getattr(spark, "_jvm", None), getattr(spark, "_jsc", None)
+    if jvm is None or jsc is None:
+        yield Target(out, "overwrite" if overwrite else "errorifexists", False)
+        return
+    files = _HadoopFiles(jvm, jsc, out)
+    replacing = overwrite and files.exists(files.out)
+    new = files.sibling("new")
+    try:
+        yield Target(str(new.toString()), "errorifexists", replacing)
+        files.put_in_place(new, out, overwrite)
+    except BaseException:
+        with contextlib.suppress(Exception):  # what stopped the job is what to say
+            files.remove(new)
+        raise
+
+
+class _HadoopFiles:
+    """``out``'s file system as Spark writes it: through Hadoop's ``FileSystem``
+    of the session's JVM, which resolves ``out`` as the writer does (a path
+    without a scheme is on the cluster's default file system; ``%20`` in a
+    ``file:`` URI is part of a name), but for a relative local path, taken in
+    this process's working directory."""
+
+    def __init__(self, jvm: Any, jsc: Any, out: str) -> None:
+        self.path = jvm.org.apache.hadoop.fs.Path
+        given = self.path(out)
+        self.fs = given.getFileSystem(jsc.hadoopConfiguration())
+        if not given.isAbsolute() and self.fs.getUri().getScheme() == "file":
+            # In this process's working directory, where it was checked: the JVM's
+            # is the one this process had when the session started.
+            given = self.path(os.path.abspath(out))
+        self.out = self.fs.makeQualified(given)
+
+    def sibling(self, kind: str) -> Any:
+        """A new name beside ``out``: hidden, unique, and short enough for any
+        file system (a name may be 255 bytes at most)."""
+        name = f".{self.out.getName()[:100]}.msgcask-{kind}-{uuid.uuid4().hex[:12]}"
+        return self.path(self.out.getParent(), name)
+
+    def exists(self, path: Any) -> bool:
+        return bool(self.fs.exists(path))
+
+    def rename(self, source: Any, target: Any) -> None:
+        if not self.fs.rename(source, target):
+            raise OSError(f"cannot rename {source.toString()} to {target.toString()}")
+
+    def remove(self, path: Any) -> None:
+        """Delete ``path`` and what it holds (a symbolic link itself, not where it leads)."""
+        self.fs.delete(path, True)
+
+    def put_in_place(self, new: Any, out: str, overwrite: bool) -> None:
+        """``new`` renamed to ``out``; an ``out`` there (when ``overwrite``) moved
+        aside first and deleted after."""
+        if not self.exists(self.out):
+            self.rename(new, self.out)
+            return
+        if not overwrite:  # made while the job ran
+            raise Error(f"{out} was made while the export was written: choose another path")
+        old = self.sibling("old")
+        self.rename(self.out, old)
+        try:
+            self.rename(new, self.out)
+        except BaseException:
+            self.rename(old, self.out)
+            raise
+        try:
+            self.remove(old)
+        except Exception as e:
+            raise Error(
+                f"the export is written to {out}, but the earlier one, moved to "
+                f"{old.toString()}, could not be deleted ({e}): delete it"
+            ) from e
 
 
 def check_report(store: str, out: str) -> None:
