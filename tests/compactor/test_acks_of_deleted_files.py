@@ -11,6 +11,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+from test_damaged_victims import _flip_byte_of
+
 import msgcask
 
 MFS = 64 * 1024
@@ -62,3 +65,42 @@ def test_a_pass_copies_only_the_acks_still_counted_and_then_rests(tmp_path: Path
         back = {m.id for name in store.queues() for m in store.queue(name).browse()}
         assert back == kept
         assert store.verify() == []
+
+
+def test_a_damaged_file_keeps_every_ack_its_range_claims(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Damage hides file A's last PUT record, of a consumed message whose ACK A
+    # counts: A's highest PUT id cannot be known, so a rewrite of the ACK file
+    # copies every ACK A's range claims (the deleted files' ones too), that one
+    # included. Taking the highest id the damage left would leave that ACK
+    # behind, and the ACK file could never go.
+    path = tmp_path / "store"
+    with msgcask.open(path, max_file_size=MFS, compaction_interval=None) as store:
+        keep, drop = store.queue("keep"), store.queue("drop")
+        kept = {keep.put(b"x" * 1000) for j in range(PER_FILE - 1) if j % 5 < 3}
+        for _ in range(PER_FILE - 1 - len(kept)):
+            drop.put(b"x" * 1000)
+        last = drop.put(b"x" * 1000)
+        assert store._journal.head_id == 1
+        for _ in range(5 * PER_FILE):
+            drop.put(b"x" * 1000)
+        drop.purge()
+        ack_file = store._journal.head_id
+        counted = store._acct[1].acked_in[ack_file]
+    assert _flip_byte_of(path, last) == 1
+    with (
+        msgcask.open(path, max_file_size=MFS, compaction_interval=None) as store,
+        caplog.at_level("WARNING", logger="msgcask"),
+    ):
+        for _ in range(3):
+            store.compact()
+        files = {f.file_id: f for f in store.stats().files}
+        assert ack_file not in files
+        assert [f.needed_acks for f in files.values() if f.kind == "compacted"] == [counted]
+        assert not [r for r in caplog.records if "did not find" in r.getMessage()]
+        assert store.verify() == []
+    shutil.rmtree(path / "index")
+    with msgcask.open(path, max_file_size=MFS, compaction_interval=None) as store:
+        back = {m.id for name in store.queues() for m in store.queue(name).browse()}
+        assert back == kept
