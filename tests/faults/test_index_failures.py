@@ -328,12 +328,14 @@ def test_the_cli_reports_index_failures_without_a_traceback(
         (errno.ENOSPC, "Free disk space"),
         (errno.EDQUOT, "Free disk space"),
         (errno.EACCES, "permissions"),
+        (errno.EPERM, "permissions"),
         (errno.EROFS, "read-write"),
         (errno.EMFILE, "ulimit -n"),
         (errno.ENFILE, "fs.file-max"),
         (errno.EIO, "Check the disk"),
         (errno.EEXIST, "in the way"),
         (errno.ENOTDIR, "in the way"),
+        (errno.EISDIR, "in the way"),
     ],
 )
 def test_the_remedy_follows_the_error(code: int, advice: str) -> None:
@@ -359,6 +361,24 @@ def test_low_free_space_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 
     monkeypatch.setattr(os, "statvfs", lambda path: Full())
     assert disk_advice.free_space_note(str(tmp_path)) == "; its file system has only 0.0 MiB free"
+
+
+@pytest.mark.parametrize(
+    ("free", "note"),
+    [
+        (disk_advice.LOW_FREE_SPACE - 4096, "; its file system has only 64.0 MiB free"),
+        (disk_advice.LOW_FREE_SPACE, ""),
+        (2**40, ""),
+    ],
+)
+def test_free_space_is_named_only_below_the_low_mark(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, free: int, note: str
+) -> None:
+    class Stat:
+        f_bavail, f_frsize = free // 4096, 4096
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Stat())
+    assert disk_advice.free_space_note(str(tmp_path)) == note
 
 
 def test_a_get_blocked_on_another_queue_hears_of_the_failure(
