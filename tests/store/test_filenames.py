@@ -6,7 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from msgcask.store.filenames import MAX_FILE_ID, data_file_name, parse_data_file_name
+from msgcask.store.filenames import (
+    MAX_FILE_ID,
+    data_file_ids,
+    data_file_name,
+    parse_data_file_name,
+)
 
 FILE_IDS = st.integers(1, MAX_FILE_ID)
 
@@ -35,6 +40,7 @@ def test_out_of_range_ids_have_no_name(file_id: int) -> None:
         "0000000001.log.tmp",  # a file not yet published
         "0000000001.LOG",
         "0000000001.dat",
+        "0000000001_log",  # the dot is a dot, not any character
         "000000000a.log",
         " 0000000001.log",
         "0000000001.log ",
@@ -60,3 +66,8 @@ def test_lexical_order_is_numeric_order(ids: list[int]) -> None:
     # `ls` and sorted(os.listdir()) list files in creation order.
     names = [data_file_name(i) for i in ids]
     assert [parse_data_file_name(n) for n in sorted(names)] == sorted(ids)
+
+
+def test_data_file_ids_are_the_data_files_among_names_in_id_order() -> None:
+    names = ["0000000010.log", "LOCK", "0000000002.log", "index", "0000000003.log.tmp"]
+    assert data_file_ids(names) == [2, 10]
