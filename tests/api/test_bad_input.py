@@ -593,6 +593,9 @@ BAD_OPTIONS: dict[str, tuple[dict[str, Any], type[Exception]]] = {
     "compaction_interval_past_a_year": ({"compaction_interval": 1e12}, ValueError),
     "max_file_size_past_2_gib": ({"max_file_size": 2**31 + 1}, ValueError),
     "compaction_budget_zero": ({"compaction_budget": 0}, ValueError),
+    # A bool is an int to Python, not a size or a number of seconds to msgcask.
+    "max_file_size_bool": ({"max_file_size": True}, TypeError),
+    "sync_interval_bool": ({"sync_interval": True}, TypeError),
 }
 
 # What msgcask.open says of a bad option, word for word.
@@ -770,6 +773,14 @@ def test_a_sync_interval_out_of_range_is_refused_with_the_range(interval: float)
     with pytest.raises(ValueError, match=r"at least 0\.001 and at most 3600 seconds"):
         Options(sync_interval=interval)
     assert Options(sync_interval=0.001).sync_interval == 0.001
+
+
+def test_the_ends_of_each_range_are_taken() -> None:
+    assert Options(sync_interval=3600).sync_interval == 3600
+    assert Options(compaction_interval=0.001).compaction_interval == 0.001
+    assert Options(compaction_interval=365 * 86400).compaction_interval == 365 * 86400
+    assert Options(max_file_size=2**31).max_file_size == 2**31
+    assert Options(max_file_size=64 * 1024, max_store_size=4 * 64 * 1024).max_store_size == 2**18
 
 
 def test_open_that_fails_starting_background_work_releases_the_store(
