@@ -383,6 +383,29 @@ def test_queue_name_limits_are_inclusive(store: msgcask.Store) -> None:
     assert sorted(store.queues()) == sorted(["x" * 255, "\u00e9" * 127, "a"])
 
 
+def test_header_limits_are_inclusive(store: msgcask.Store) -> None:
+    # A header name of 65535 UTF-8 bytes and 65535 headers fit their u16 lengths.
+    q = store.queue("q")
+    longest = {"k" * 0xFFFF: "v"}
+    most = {str(i): "" for i in range(fmt.MAX_HEADERS)}
+    q.put(b"a", headers=longest)
+    q.put(b"b", headers=most)
+    assert [m.headers for m in q.browse()] == [longest, most]
+
+
+def test_a_body_is_taken_as_it_is_when_put(store: msgcask.Store) -> None:
+    # A bytearray or a memoryview of one, changed after the put, changes nothing
+    # stored, also while the transaction that put it is not committed yet.
+    q = store.queue("q")
+    plain, viewed = bytearray(b"plain"), bytearray(b"viewed")
+    with store.transaction() as txn:
+        txn.put("q", plain)
+        txn.put("q", memoryview(viewed))
+        plain[0:1] = b"P"
+        viewed[0:1] = b"V"
+    assert [m.body for m in q.browse()] == [b"plain", b"viewed"]
+
+
 def test_message_bigger_than_a_data_file_is_rejected(store_path: Path, snapshot: Snapshot) -> None:
     store = msgcask.open(store_path, max_file_size=SMALL_FILE, compaction_interval=None)
     try:
