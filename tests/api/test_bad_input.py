@@ -1631,6 +1631,9 @@ def test_a_message_built_with_a_body_of_no_bytes_has_a_repr(body: object) -> Non
         f"Message(id=1, queue='q', priority=4, deliveries=1, headers={{}}, body={body!r})"
     )
     assert repr(message._replace(body=b"four")).endswith("body=<4 bytes>)")
+    # A body built as a buffer of bytes is shown by its size too, never its content.
+    assert repr(message._replace(body=bytearray(5))).endswith("body=<5 bytes>)")
+    assert repr(message._replace(body=memoryview(b"six..."))).endswith("body=<6 bytes>)")
 
 
 class _BytesPath:
