@@ -791,3 +791,21 @@ def test_bytes_put_counts_the_put_records_of_every_path(
         bodies = [b"one", b"two", b"three", b"four"]
         expected = sum(codec.put_record_size(b"q", b"", len(b)) for b in bodies)
         assert store.stats().bytes_put == expected
+
+
+def test_the_ratios_of_stats_hold_for_an_emptied_store(store_path: Path) -> None:
+    # Reopened and drained: acks and deliveries written since the open, no put.
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        store.queue("q").put_many([b"x" * 100] * 10)
+    with msgcask.open(store_path, compaction_interval=None) as store:
+        q = store.queue("q")
+        before = store.stats()
+        assert [f.live_ratio for f in before.files] == [f.live_bytes / f.size for f in before.files]
+        assert 0 < before.files[0].live_ratio < 1
+        for _ in range(10):
+            q.ack(q.get(block=False))
+        stats = store.stats()
+        assert stats.bytes_written > 0 and stats.bytes_put == 0
+        assert stats.write_amplification == 0.0  # nothing put: no ratio to take
+        assert stats.live_bytes == 0
+        assert stats.space_amplification == float("inf")  # bytes on disk, none of them live
