@@ -12,6 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import lmdb
+import pytest
+
 import msgcask
 from msgcask.db import _MAX_PENDING
 
@@ -151,3 +154,26 @@ def test_puts_racing_queue_deletion_leave_a_consistent_store(
         assert left <= set(returned[0]) | set(returned[1])
     with msgcask.open(store_path, compaction_interval=None) as store:
         assert {m.id for m in store.queue("x").browse()} == left
+
+
+def test_a_failure_writing_earlier_puts_to_the_index_leaves_the_stores_lock_free(
+    store_path: Path,
+) -> None:
+    # The call whose taking of the store's lock failed to write the pending
+    # entries raises, and never got the lock: another thread can close the store.
+    store = msgcask.open(store_path, sync_interval=3600, compaction_interval=None)
+    q = store.queue("q")
+    q.put(b"first")
+    q.put(b"second")
+    assert store._pending, "the second put should have left its entry pending"
+
+    def failing_add_many(*args: Any, **kwargs: Any) -> None:
+        raise lmdb.DiskError("no room")
+
+    store._catalog.add_many = failing_add_many  # type: ignore[method-assign]
+    with pytest.raises(msgcask.IndexFailedError, match="no room"):
+        q.get(block=False)
+    closer = threading.Thread(target=store.close, daemon=True)  # a hang must not keep pytest
+    closer.start()
+    closer.join(30)
+    assert not closer.is_alive(), "close() waited for a lock the failed call kept"
