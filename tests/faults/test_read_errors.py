@@ -191,6 +191,39 @@ def test_a_consumed_file_that_cannot_be_read_is_kept_and_logged_once(
         assert store.verify() == []
 
 
+def test_a_consumed_file_that_reads_again_but_damaged_is_kept_for_the_damage(
+    store_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # First it cannot be read; then it reads, but a flipped bit hides one of its
+    # consumed PUT records. What keeps it is then that damage, not the read
+    # error it no longer has; and a read error that comes back is news again.
+    fs = FaultyFileSystem()
+    options = {"max_file_size": SMALL_FILE, "compaction_interval": None, "sync_interval": 3600}
+    with msgcask.Store(store_path, _fs=fs, **options) as store:  # type: ignore[arg-type]
+        compacted, _ = _consumed_through_a_transaction(store)
+        dead = store._acct.files[compacted].dead_puts
+        path = store_path / f"{compacted:010d}.log"
+        unreadable = f"msgcask: data file {compacted} cannot be read (Input/output error)"
+        with caplog.at_level("WARNING", logger="msgcask"):
+            fs.bad_sectors[str(path)] = {0}
+            store.compact()
+            [stats] = [f for f in store.stats().files if f.file_id == compacted]
+            assert stats.damage == "cannot be read (Input/output error)"
+            fs.bad_sectors.clear()
+            fs.bad_bytes[str(path)] = {min(put_offsets(path).values()) + 20}
+            store.compact()
+            [stats] = [f for f in store.stats().files if f.file_id == compacted]
+            assert stats.damage == f"damage hides 1 of its {dead} consumed PUT records"
+            fs.bad_bytes.clear()
+            fs.bad_sectors[str(path)] = {0}
+            store.compact()
+        assert [r.getMessage() for r in caplog.records].count(unreadable) == 2
+        fs.bad_sectors.clear()
+        store.compact()
+        assert compacted not in {f.file_id for f in store.stats().files}
+        assert store.verify() == []
+
+
 @pytest.mark.parametrize("fault", ["read error", "other error"])
 def test_a_failing_file_among_deletions_loses_nothing_to_a_power_cut(
     store_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
