@@ -338,6 +338,35 @@ def test_a_repeating_unexpected_failure_logs_its_traceback_once(
     assert len(logged) == 2
 
 
+def test_a_failure_that_comes_back_after_a_pass_succeeded_is_logged_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Logged once while it repeats; a pass that succeeds ends it, so the same
+    # failure after that is news.
+    real = runner.rewrite
+    failing = [True]
+
+    def sometimes_failing(*args: Any, **kwargs: Any) -> Any:
+        if failing[0]:
+            raise RuntimeError("unexpected")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "rewrite", sometimes_failing)
+    with _open(tmp_path / "store") as store:
+        _make_sparse_files(store)
+        _wait_for(lambda: store.stats().compaction.failed_passes >= 2, "two failed passes")
+        failing[0] = False
+        passes = store.stats().compaction.passes
+        _wait_for(lambda: store.stats().compaction.passes > passes, "a pass that succeeds")
+        _make_sparse_files(store)  # work for the next pass to fail on
+        failing[0] = True
+        failed = store.stats().compaction.failed_passes
+        _wait_for(lambda: store.stats().compaction.failed_passes > failed, "another failed pass")
+        store.pause_compaction()
+    logged = [r for r in caplog.records if "background compaction pass failed" in r.message]
+    assert len(logged) == 2
+
+
 def test_a_background_pass_that_meets_a_raw_index_error_stops_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
