@@ -172,7 +172,7 @@ def test_a_copied_lock_naming_a_live_process_has_no_holder(
     assert lock_holder(lock_path) == f"process {other_process.pid}"
 
 
-@pytest.mark.parametrize("content", [b"", b"pid\n", f"{2**31 - 2}\n".encode()])
+@pytest.mark.parametrize("content", [b"", b"pid\n", f"{2**31 - 2}\n".encode(), b"0\n"])
 def test_a_held_lock_without_a_live_pid_is_held_by_another_process(
     lock_path: str, content: bytes
 ) -> None:
@@ -230,3 +230,30 @@ def test_second_open_of_a_store_in_the_same_process_is_refused(tmp_path: Path) -
             msgcask.open(path, compaction_interval=None)
     with msgcask.open(path, compaction_interval=None):  # released on close
         pass
+
+
+def test_a_lock_names_only_its_holders_pid_and_a_release_erases_it(lock_path: str) -> None:
+    Path(lock_path).write_bytes(b"12345678901234567890\n")  # left by an earlier holder
+    lock = StoreLock(lock_path)
+    assert Path(lock_path).read_bytes() == f"{os.getpid()}\n".encode()
+    lock.release()
+    assert Path(lock_path).read_bytes() == b""
+
+
+@pytest.mark.parametrize("created", [True, False], ids=["created", "found"])
+def test_a_failed_open_removes_only_a_lock_file_it_created(lock_path: str, created: bool) -> None:
+    if not created:
+        Path(lock_path).write_bytes(b"")
+    StoreLock(lock_path).release(remove_if_created=True)
+    assert os.path.exists(lock_path) is not created
+
+
+def test_a_lock_held_under_a_pid_past_any_process_is_refused_saying_so(lock_path: str) -> None:
+    holder = os.open(lock_path, os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(holder, b"99999999999999999999\n")
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(msgcask.StoreLockedError, match=r"open in another process \(pid 9+\)"):
+            StoreLock(lock_path)
+    finally:
+        os.close(holder)
