@@ -130,12 +130,13 @@ class FaultyFileSystem(FileSystem):
 
     def publish(self, handle: DataFile, path: str, *, durable: bool = True) -> None:
         temp = handle.path
+        with self.mutex:
+            # The new name, like any, is durable once its directory is fsynced after it.
+            self.unsynced_names.add(path)
         super().publish(handle, path, durable=durable)
         with self.mutex:
             self.synced[path] = self.synced.pop(temp, 0)
             self.unsynced_names.discard(temp)
-            if not durable:
-                self.unsynced_names.add(path)
 
     def unlink(self, path: str) -> None:
         with self.mutex:
