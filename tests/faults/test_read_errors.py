@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -145,19 +146,35 @@ def _consumed_through_a_transaction(store: msgcask.Store) -> tuple[int, int]:
     return compacted, 150
 
 
-def test_a_consumed_file_that_cannot_be_read_is_kept_and_logged_once(
-    store_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    # Its consumed PUT records cannot be found while it cannot be read: it stays.
-    # Pass after pass meets the same error, and the log says so once; once the
-    # file reads again, the next pass deletes it.
+@contextlib.contextmanager
+def _a_consumed_file(
+    store_path: Path,
+) -> Iterator[tuple[FaultyFileSystem, msgcask.Store, int]]:
+    """A store on a faulty disk with a compacted file whose messages were all
+    consumed, and that file's id. Once the block is done with it, the file reads
+    again: the next pass must delete it, and the store stay consistent."""
     fs = FaultyFileSystem()
     # No background sync meanwhile: it deletes emptied files (reclaim_emptied), and
     # could take the consumed file before the disk fails under it.
     options = {"max_file_size": SMALL_FILE, "compaction_interval": None, "sync_interval": 3600}
     with msgcask.Store(store_path, _fs=fs, **options) as store:  # type: ignore[arg-type]
         compacted, _ = _consumed_through_a_transaction(store)
-        dead = next(f for f in store._acct.files.values() if f.file_id == compacted).dead_puts
+        yield fs, store, compacted
+        fs.bad_sectors.clear()
+        fs.bad_bytes.clear()
+        store.compact()
+        assert compacted not in {f.file_id for f in store.stats().files}
+        assert store.verify() == []
+
+
+def test_a_consumed_file_that_cannot_be_read_is_kept_and_logged_once(
+    store_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its consumed PUT records cannot be found while it cannot be read: it stays.
+    # Pass after pass meets the same error, and the log says so once; once the
+    # file reads again, the next pass deletes it.
+    with _a_consumed_file(store_path) as (fs, store, compacted):
+        dead = store._acct.files[compacted].dead_puts
         assert dead > 1
         fs.bad_sectors[str(store_path / f"{compacted:010d}.log")] = set(range(0, 200_000, 512))
         with caplog.at_level("WARNING", logger="msgcask"):
@@ -185,10 +202,6 @@ def test_a_consumed_file_that_cannot_be_read_is_kept_and_logged_once(
             f"msgcask: file {compacted}: found 0 of its {dead} consumed PUT records "
             "(damaged?); kept",
         ]
-        fs.bad_sectors.clear()
-        store.compact()
-        assert compacted not in {f.file_id for f in store.stats().files}
-        assert store.verify() == []
 
 
 def test_a_consumed_file_that_reads_again_but_damaged_is_kept_for_the_damage(
@@ -197,10 +210,7 @@ def test_a_consumed_file_that_reads_again_but_damaged_is_kept_for_the_damage(
     # First it cannot be read; then it reads, but a flipped bit hides one of its
     # consumed PUT records. What keeps it is then that damage, not the read
     # error it no longer has; and a read error that comes back is news again.
-    fs = FaultyFileSystem()
-    options = {"max_file_size": SMALL_FILE, "compaction_interval": None, "sync_interval": 3600}
-    with msgcask.Store(store_path, _fs=fs, **options) as store:  # type: ignore[arg-type]
-        compacted, _ = _consumed_through_a_transaction(store)
+    with _a_consumed_file(store_path) as (fs, store, compacted):
         dead = store._acct.files[compacted].dead_puts
         path = store_path / f"{compacted:010d}.log"
         unreadable = f"msgcask: data file {compacted} cannot be read (Input/output error)"
@@ -218,10 +228,6 @@ def test_a_consumed_file_that_reads_again_but_damaged_is_kept_for_the_damage(
             fs.bad_sectors[str(path)] = {0}
             store.compact()
         assert [r.getMessage() for r in caplog.records].count(unreadable) == 2
-        fs.bad_sectors.clear()
-        store.compact()
-        assert compacted not in {f.file_id for f in store.stats().files}
-        assert store.verify() == []
 
 
 @pytest.mark.parametrize("fault", ["read error", "other error"])
