@@ -284,9 +284,15 @@ def verify(store: Store) -> list[str]:
             counts[entry.queue_id] += 1
             if keys.order_key(entry.queue_id, entry.priority, msg_id) not in order:
                 problems.append(f"live message {msg_id} has no order key")
-            locations = {(p[0], p[1]) for p in scan.puts.get(msg_id, [])}
-            if locations and (entry.file_id, entry.offset) not in locations:
+            locations = {(p[0], p[1]): p[2] for p in scan.puts.get(msg_id, [])}
+            size = locations.get((entry.file_id, entry.offset))
+            if locations and size is None:
                 problems.append(f"message {msg_id} points at no PUT record of its id")
+            elif size is not None and size != entry.size:
+                problems.append(
+                    f"message {msg_id}'s index entry says {counted(entry.size, 'byte')}, "
+                    f"its PUT record is {size}"
+                )
             # Said once per message, however many PUT records (copies) it has.
             wrong = sorted({p[3] for p in scan.puts.get(msg_id, [])} - {names.get(entry.queue_id)})
             if wrong:

@@ -1032,6 +1032,18 @@ def test_verify_names_a_message_whose_entry_points_at_no_put_record(store_path: 
     assert _verify_trusted(store_path) == [f"message {ids[3]} points at no PUT record of its id"]
 
 
+def test_verify_names_a_message_whose_entry_has_another_size_than_its_put_record(
+    store_path: Path,
+) -> None:
+    # The file's account is changed to match, so only the record itself disagrees.
+    ids, _ = _consumed_store(store_path)
+    entry = _edit_entry(store_path, ids[3], size=0)  # found by its offset, read by its size
+    _edit_account(store_path, 1, lambda account: setattr(account, "live_bytes", 3 * entry.size))
+    assert _verify_trusted(store_path) == [
+        f"message {ids[3]}'s index entry says 0 bytes, its PUT record is {entry.size}"
+    ]
+
+
 def test_verify_names_a_live_message_missing_from_the_index(store_path: Path) -> None:
     ids, _ = _consumed_store(store_path)
     with index_table(store_path, b"msgs") as (txn, msgs):
