@@ -1003,6 +1003,17 @@ def test_verify_names_a_queue_whose_count_disagrees(store_path: Path) -> None:
     assert _verify_trusted(store_path) == ["queue 'q' counts 6 messages, index holds 4"]
 
 
+def test_verify_names_a_count_of_a_queue_that_holds_no_message(store_path: Path) -> None:
+    with open_store(store_path) as store:
+        q = store.queue("q")
+        q.put(b"only")
+        q.ack(q.get(block=False))
+        qid = store._catalog.queue_ids["q"]
+    with index_table(store_path, b"queues") as (txn, queues):
+        txn.put(b"q", keys.QUEUE_VALUE.pack(qid, 2), db=queues)
+    assert _verify_trusted(store_path) == ["queue 'q' counts 2 messages, index holds 0"]
+
+
 def test_verify_names_a_file_account_whose_live_counts_disagree(store_path: Path) -> None:
     from msgcask.index.accounting import FileAccount
 
