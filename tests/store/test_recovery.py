@@ -632,6 +632,25 @@ def test_compacted_file_whose_victims_all_exist_is_removed_as_orphan(store_path:
     assert (store_path / data_file_name(1)).exists() and (store_path / data_file_name(2)).exists()
 
 
+def test_the_scan_counts_no_record_of_an_orphan_compacted_file(store_path: Path) -> None:
+    # Compacted file 3 is redundant (its victims are all there): neither its copies
+    # nor an ACK it holds (of message 5, in head file 4) count, as recovery removes it.
+    compacted_state(store_path)
+    write_data_file(
+        store_path,
+        3,
+        [codec.encode_manifest([1, 2]), put_record(2), put_record(9), codec.encode_ack(5)],
+        kind=fmt.KIND_COMPACTED,
+    )
+    report = scan_files(str(store_path))
+    assert [f.file_id for f in report.files if f.redundant] == [3]
+    assert report.live_ids == {2, 3, 5}
+    with open_store(store_path) as store:
+        assert store.recovery.removed_files == [3]
+        assert [m for m, _ in browse(store)] == [2, 3, 5]
+        assert store.verify() == []
+
+
 def test_compacted_file_with_a_missing_victim_is_kept_and_other_victims_removed(
     store_path: Path,
 ) -> None:
