@@ -174,6 +174,26 @@ def test_damage_at_the_end_of_an_older_file_is_reported_with_its_length_in_words
     assert str(report) == f"{old}: {report.reason} at offset {good}, {words} skipped"
 
 
+@pytest.mark.parametrize("newer", [False, True])
+def test_the_scan_reads_only_the_newest_journal_file_as_the_head(
+    store_path: Path, newer: bool
+) -> None:
+    # File 1's last record is cut short, and its body holds an intact ACK of message 1.
+    # As the head, the cut is a torn append, whole; sealed, the ACK inside counts: the
+    # scan reads it as recovery does.
+    body = b"x" * 10 + codec.encode_ack(1) + b"y" * 50
+    path = write_data_file(store_path, 1, [put_record(1), put_record(2, body=body)])
+    path.write_bytes(path.read_bytes()[:-20])
+    if newer:
+        write_data_file(store_path, 2, [put_record(3)])
+    report = scan_files(str(store_path))
+    [damaged] = [f for f in report.files if f.damage]
+    assert [d.at_tail for d in damaged.damage] == ([False, True] if newer else [True])
+    assert report.live_ids == ({3} if newer else {1})
+    with open_store(store_path) as store:
+        assert {m for m, _ in browse(store)} == report.live_ids
+
+
 def test_torn_batch_at_the_tail_is_truncated_whole(store_path: Path) -> None:
     records = [put_record(1)]
     batch = [put_record(2), put_record(3)]
