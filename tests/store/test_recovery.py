@@ -1247,6 +1247,25 @@ def test_verify_names_acks_that_no_count_accounts_for(store_path: Path) -> None:
     ]
 
 
+def test_verify_counts_an_ack_only_against_a_put_record_in_its_files_id_range(
+    store_path: Path,
+) -> None:
+    # Message 1 is consumed (PUT in file 1, ACK in file 2, counted by file 1) and
+    # compacted file 3 holds a copy of it too: a compacted file has no range of ids,
+    # so the copy is no PUT record the ACK must be counted against.
+    write_data_file(store_path, 1, [put_record(1), put_record(2)])
+    write_data_file(store_path, 2, [put_record(3), codec.encode_ack(1)])
+    write_data_file(
+        store_path, 3, [codec.encode_manifest([7]), put_record(1)], kind=fmt.KIND_COMPACTED
+    )
+    write_data_file(store_path, 4, [put_record(4)])
+    with open_store(store_path) as store:
+        assert store._catalog.lookup(1) is None
+        assert store._acct.files[1].acked_in == {2: 1}
+        assert [m for m, _ in browse(store)] == [2, 3, 4]
+        assert store.verify() == []
+
+
 @pytest.mark.parametrize("which", ["consumed", "never put"])
 def test_verify_names_a_message_live_in_the_index_but_not_in_the_data_files(
     store_path: Path, which: str
