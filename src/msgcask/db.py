@@ -66,6 +66,7 @@ from msgcask.index.keys import STATE_ACKED
 from msgcask.made_dirs import missing_dirs, remove_made_dirs
 from msgcask.message import Message, delivered_message_type
 from msgcask.options import Options, check_threshold
+from msgcask.pending_put import PendingPut
 from msgcask.stats import CompactionReport, FileStats, KeptReport, StoreStats, hidden_puts
 from msgcask.store import codec
 from msgcask.store import format as fmt
@@ -183,15 +184,6 @@ class QueueRuntime:
     def wake(self) -> None:
         if self.waiting:
             self.cond.notify_all()
-
-
-@dataclass(slots=True)
-class PendingPut:
-    queue: str
-    body: bytes
-    headers: dict[str, str] | None
-    priority: int
-    msg_id: int = 0  # reserved by a transaction; 0 = assign when written
 
 
 class _CopyUnderWay(Exception):

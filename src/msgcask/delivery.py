@@ -25,6 +25,7 @@ from msgcask.errors import Empty, MessageTooLargeError
 from msgcask.index import keys
 from msgcask.index.keys import Live
 from msgcask.message import Message, delivered_id
+from msgcask.pending_put import PendingPut
 from msgcask.store import codec
 from msgcask.store import format as fmt
 from msgcask.store.recovery import CorruptionReport
@@ -286,8 +287,6 @@ def nack(store: Store, name: str, target: object) -> None:
 
 def _dead_letter(store: Store, rt: QueueRuntime, msg_id: int, put: codec.Put, dlq: str) -> None:
     """Write the dead-letter move of a delivered message (without the lock)."""
-    from msgcask.db import PendingPut  # msgcask.db imports this module
-
     headers = {**put.headers, "x-dead-letter-from": rt.name, "x-original-id": str(msg_id)}
     # Keeping the message matters more than the two headers that say where it
     # came from: it goes without them when they would not fit.

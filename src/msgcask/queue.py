@@ -9,6 +9,7 @@ import lmdb
 
 from msgcask import delivery, validate
 from msgcask.message import Message
+from msgcask.pending_put import PendingPut
 
 if TYPE_CHECKING:
     from msgcask.db import Store
@@ -75,8 +76,6 @@ class Queue:
         priority: int = 4,
     ) -> list[int]:
         """Store several messages atomically (all or none after a crash); return their ids."""
-        from msgcask.db import PendingPut
-
         if isinstance(bodies, (bytes, bytearray, memoryview, str)):
             raise TypeError("put_many takes an iterable of message bodies, not one body")
         if not isinstance(bodies, Iterable):

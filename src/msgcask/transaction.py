@@ -8,10 +8,11 @@ import lmdb
 
 from msgcask import delivery, validate
 from msgcask.message import Message, delivered_id
+from msgcask.pending_put import PendingPut
 from msgcask.uncopyable import Uncopyable
 
 if TYPE_CHECKING:
-    from msgcask.db import PendingPut, Store
+    from msgcask.db import Store
 
 
 def not_ackable(msg_id: int) -> str:
@@ -66,8 +67,6 @@ class Transaction(Uncopyable):
         priority: int = 4,
     ) -> int:
         """Add a put to the transaction; return the id the message will have."""
-        from msgcask.db import PendingPut
-
         self._check_usable()
         pending = PendingPut(
             validate.queue_name(queue),
