@@ -62,7 +62,7 @@ import pytest
 from xxhash import xxh3_64_intdigest
 
 import msgcask
-from msgcask import db, options
+from msgcask import db, options, puts
 from msgcask.compactor import needed, pacing, policy, rewrite, runner
 from msgcask.index import accounting, env, keys
 from msgcask.options import Options
@@ -109,6 +109,7 @@ QUALIFIED_MODULES: dict[str, ModuleType] = {
     "options": options,
     "pacing": pacing,
     "policy": policy,
+    "puts": puts,
     "recovery": recovery,
     "rewrite": rewrite,
     "runner": runner,

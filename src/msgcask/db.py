@@ -10,7 +10,7 @@ Threading model: two locks, always taken in this order.
 * The append lock (``_append_lock``, re-entrant) guards the journal, the next
   message id, the data bytes count and ``_pending``: the puts in the journal
   whose index entries are not written yet. A put into an existing queue that
-  fits in the write head takes only this lock (``_put_unlocked``), so it
+  fits in the write head takes only this lock (``puts._put_unlocked``), so it
   never waits for a compaction batch or for a consumer; the store's lock
   writes the pending entries each time it is taken (msgcask/catchup_lock.py),
   and a roll-over writes them first, so they all point into the write head,
@@ -43,7 +43,7 @@ from typing import Any, TypeVar, cast
 
 import lmdb
 
-from msgcask import delivery, validate
+from msgcask import validate
 from msgcask.catchup_lock import CatchUpLock
 from msgcask.compactor.failure_log import RepeatedFailureLog
 from msgcask.compactor.pacing import Pacer
@@ -64,9 +64,9 @@ from msgcask.index.catalog import Catalog
 from msgcask.index.env import SHRINK_DIR, IndexEnv, ShrinkFailed, boot_id, remove_index
 from msgcask.index.keys import STATE_ACKED
 from msgcask.made_dirs import missing_dirs, remove_made_dirs
-from msgcask.message import Message, delivered_message_type
+from msgcask.message import delivered_message_type
 from msgcask.options import Options, check_threshold
-from msgcask.pending_put import PendingPut
+from msgcask.puts import CopyUnderWay
 from msgcask.stats import CompactionReport, FileStats, KeptReport, StoreStats, hidden_puts
 from msgcask.store import codec
 from msgcask.store import format as fmt
@@ -95,11 +95,6 @@ log = logging.getLogger("msgcask")
 # Foreground work between forced index commits: bounds the open transaction.
 _MAX_CHANGES_PER_COMMIT = 50_000
 _PURGE_CHUNK = 10_000
-# Times a write refused for want of room under max_store_size is tried again, each
-# after space pressure has run anew: other threads' puts may have taken the room
-# its check found, or acks emptied files since.
-_ROOM_RETRIES = 2
-_MAX_PENDING = 1024  # puts whose index entries wait for the store's lock, at most
 # Free bytes kept for index commits on a nearly full disk (an index commit that
 # finds no room fails the whole index): the write head allocates no new chunk
 # for puts below _INDEX_RESERVE, and a DELIVER or ACK record written without a
@@ -119,7 +114,6 @@ ID_BLOCK_AFTER_CRASH = 2**20
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
-_T = TypeVar("_T")
 
 # Stores open in this process. A child forked from it gets copies of their
 # locks, index and write head, which belong to the parent: the child's copies
@@ -184,12 +178,6 @@ class QueueRuntime:
     def wake(self) -> None:
         if self.waiting:
             self.cond.notify_all()
-
-
-class _CopyUnderWay(Exception):
-    """A put does not fit under the puts' limit (``Store._put_limit``) while a
-    compaction pass is writing its copy or has yet to delete its victims: it
-    waits for the pass, then tries again."""
 
 
 def _check_default_dead_letter_name(name: str) -> None:
@@ -982,6 +970,10 @@ class Store(Uncopyable):
             self._check_open()  # closed (or disowned after a fork): do not wait for a pass
             self._compactor.make_room(size)
 
+    def _wait_for_pass(self) -> None:
+        """Wait (without the store's locks) for the running compaction pass to end."""
+        self._compactor.wait_for_pass()
+
     def _fits(self, size: int) -> bool:
         """Whether ``size`` more bytes fit under the puts' limit (with the header
         of a new data file they may need)."""
@@ -990,7 +982,7 @@ class Store(Uncopyable):
 
     def _check_fits(self, size: int) -> None:
         """Raise StoreFullError (changing nothing) if ``size`` bytes cannot fit;
-        _CopyUnderWay if a pass is writing a copy meanwhile, or has swapped it in
+        CopyUnderWay if a pass is writing a copy meanwhile, or has swapped it in
         and not yet deleted its victims (which may make room: the caller lets go
         of the locks, waits for the pass and tries again, space pressure included)."""
         if self._fits(size):
@@ -998,7 +990,7 @@ class Store(Uncopyable):
         if self._victims_going:
             # Refused now, the put would be refused for dead bytes the pass is
             # about to free.
-            raise _CopyUnderWay
+            raise CopyUnderWay
         limit = self._options.max_store_size
         live = sum(a.live_bytes for a in self._acct.files.values())
         raise StoreFullError(
@@ -1167,109 +1159,6 @@ class Store(Uncopyable):
 
     # -- queue operations (called by Queue) ------------------------------------------
 
-    def _put(self, name: str, body: bytes, headers: dict[str, str] | None, priority: int) -> int:
-        if self._options.max_store_size is None:  # no room to wait or retry for
-            return self._put_once(name, body, headers, priority)
-        return self._making_room(
-            lambda: self._put_once(name, body, headers, priority),
-            lambda: codec.put_record_size(name.encode(), codec.encode_headers(headers), len(body)),
-        )
-
-    def _making_room(self, write: Callable[[], _T], size: Callable[[], int]) -> _T:
-        """Run ``write``, a call that checks its room under max_store_size for
-        ``size()`` bytes and changes nothing when refused: while a pass is about
-        to free room, wait for it; refused, try again (space pressure runs anew)
-        up to _ROOM_RETRIES times before the StoreFullError goes to the caller,
-        unless nothing a pass could free would make room."""
-        refusals = 0
-        while True:
-            try:
-                return write()
-            except _CopyUnderWay:
-                self._wait_for_pass()
-            except StoreFullError:
-                refusals += 1
-                if refusals > _ROOM_RETRIES or not self._compactor.may_make_room(size()):
-                    raise
-
-    def _wait_for_pass(self) -> None:
-        """Wait (without the store's locks) for the running compaction pass to end."""
-        self._compactor.wait_for_pass()
-
-    def _put_once(
-        self, name: str, body: bytes, headers: dict[str, str] | None, priority: int
-    ) -> int:
-        self._pacer.calls += 1
-        hbytes = codec.encode_headers(headers)
-        size = codec.put_record_size(name.encode(), hbytes, len(body))
-        self._check_record_size(size)
-        limited = self._options.max_store_size is not None
-        if limited:
-            self._ensure_room(size)
-        else:
-            msg_id = self._put_unlocked(name, body, hbytes, priority, size)
-            if msg_id:
-                return msg_id
-        with self._lock, self._append_lock:
-            if self._closed or self._selecting is not None:
-                self._check_open()
-            rt = self._queues.get(name)
-            created = rt is None and name not in self._catalog.queue_ids
-            if rt is None:
-                rt = self._runtime(name)
-            msg_id = self._next_id
-            try:
-                if limited:
-                    self._check_fits(size)
-                record = codec.encode_put(msg_id, rt.name_bytes, priority, 0, hbytes, body)
-                file_id, offset = self._append(record, single_record=True)
-            except BaseException:
-                if created:  # a failed call changes nothing, not even the queue list
-                    self._forget_queues([name])
-                raise
-            self._next_id = msg_id + 1
-            self._catalog.add(msg_id, rt.qid, priority, file_id, offset, size, 0, fresh=True)
-            self._bytes_put += size
-            if rt.cursor is not None or rt.selector_cursors:
-                rt.rewind(keys.order_key(rt.qid, priority, msg_id))
-            rt.wake()
-            pos = self._journal.position
-        if self._sync_always:
-            self._sync_journal_to(pos)
-        return msg_id
-
-    def _put_unlocked(self, name: str, body: bytes, hbytes: bytes, priority: int, size: int) -> int:
-        """A put that takes only the append lock: into an existing queue, with
-        room in the write head and no space limit to check. Returns its id, or
-        0 if the put must take the store's lock instead."""
-        rt = self._queues.get(name)
-        if rt is None:
-            return 0
-        with self._append_lock:
-            if self._closed or self._selecting is not None:
-                self._check_open()
-            if (
-                self._queues.get(name) is not rt  # deleted meanwhile
-                or len(self._pending) >= _MAX_PENDING
-                or not self._journal.fits(size)
-            ):
-                return 0
-            msg_id = self._next_id
-            record = codec.encode_put(msg_id, rt.name_bytes, priority, 0, hbytes, body)
-            file_id, offset = self._append_locked(record, single_record=True)
-            self._next_id = msg_id + 1
-            self._pending.append((msg_id, rt, priority, file_id, offset, size))
-            self._bytes_put += size
-            # Read here: a consumer counts itself waiting under this lock too.
-            waiting = rt.waiting
-            pos = self._journal.position
-        if waiting:
-            with self._lock:  # taking it writes the entry the consumer looks for
-                rt.wake()
-        if self._sync_always:
-            self._sync_journal_to(pos)
-        return msg_id
-
     def _shrink_index_if_sparse(self, idle: bool = False) -> None:
         """Give back the index's free pages once they dwarf the pages in use
         (LMDB keeps its file at its high-water mark: a backlog that is gone
@@ -1302,94 +1191,6 @@ class Store(Uncopyable):
                 rt.cond.notify_all()
         if self._journal.sync_failure is None:  # else it cannot commit: the error that
             self._commit_index()  # stopped writes goes on instead of the refusal
-
-    def _write_batch(
-        self, puts: list[PendingPut], acks: list[int], delivered: Iterable[Message] = ()
-    ) -> list[int]:
-        """Write puts and acks as one all-or-nothing batch; return the new ids.
-        ``delivered``: the Messages among the acks (a transaction's), checked
-        again here since each may have been delivered again after its ``ack``."""
-        if self._options.max_store_size is None:  # no room to wait or retry for
-            return self._write_batch_once(puts, acks, delivered)
-        delivered = list(delivered)  # looked at again if the batch is tried again
-        return self._making_room(
-            lambda: self._write_batch_once(puts, acks, delivered),
-            lambda: _batch_record_size([(p, codec.encode_headers(p.headers)) for p in puts], acks),
-        )
-
-    def _write_batch_once(
-        self, puts: list[PendingPut], acks: list[int], delivered: Iterable[Message]
-    ) -> list[int]:
-        self._pacer.calls += 1
-        encoded = [(p, codec.encode_headers(p.headers)) for p in puts]
-        size = _batch_record_size(encoded, acks)
-        self._check_record_size(size)
-        # Acks alone only free space: like a plain ack, they go past max_store_size
-        # (a full store must stay consumable).
-        if puts:
-            self._ensure_room(size)
-            if not self._leaves_index_reserve(size):  # a syscall: not under the locks
-                raise Error(
-                    f"cannot write to {self._path}: no room for this batch beside the space "
-                    "kept for the index. Free disk space, then retry; nothing of this call "
-                    "was stored."
-                )
-        with self._lock, self._append_lock:
-            self._check_open()
-            seen: set[int] = set()
-            for msg_id in acks:
-                if msg_id not in self._inflight or msg_id in seen:
-                    raise ValueError(not_ackable(msg_id))
-                seen.add(msg_id)
-            for message in delivered:
-                delivery.check_delivery(self, message, self._inflight.get(message.id))
-            created = sorted(
-                {p.queue for p, _ in encoded} - set(self._catalog.queue_ids) - set(self._queues)
-            )
-            runtimes = [self._runtime(p.queue) for p, _ in encoded]
-            records: list[bytes] = []
-            ids: list[int] = []
-            next_id = self._next_id
-            for (p, hbytes), rt in zip(encoded, runtimes, strict=True):
-                msg_id = p.msg_id
-                if not msg_id:
-                    msg_id, next_id = next_id, next_id + 1
-                records.append(
-                    codec.encode_put(msg_id, rt.name_bytes, p.priority, 0, hbytes, p.body)
-                )
-                ids.append(msg_id)
-            records += [codec.encode_ack(m) for m in acks]
-            length = sum(len(r) for r in records)
-            header = codec.encode_batch_header(len(records), length)
-            put_bytes = sum(len(r) for r in records[: len(puts)])
-            try:
-                if puts:
-                    self._check_fits(size)
-                file_id, offset = self._append(header + b"".join(records))
-            except BaseException:
-                if created:  # a failed call changes nothing, not even the queue list
-                    self._forget_queues(created)
-                raise
-            self._next_id = next_id
-            offset += len(header)
-            added = []
-            for i, record in enumerate(records):
-                if i < len(puts):
-                    p, rt = puts[i], runtimes[i]
-                    added.append((ids[i], rt.qid, p.priority, offset, len(record), 0))
-                    if rt.cursor is not None or rt.selector_cursors:
-                        rt.rewind(keys.order_key(rt.qid, p.priority, ids[i]))
-                offset += len(record)
-            self._catalog.add_many(file_id, added, fresh=True)
-            for msg_id in acks:
-                self._catalog.ack(msg_id, file_id)
-                del self._inflight[msg_id]
-            for rt in {id(r): r for r in runtimes}.values():
-                rt.wake()
-            self._bytes_put += put_bytes
-            pos = self._journal.position
-        self._wait_durable(pos)
-        return ids
 
     def _len(self, name: str) -> int:
         with self._lock:
@@ -1575,16 +1376,6 @@ class Store(Uncopyable):
             return "delivered" if msg_id in self._inflight else "live"
 
 
-def _batch_record_size(encoded: list[tuple[PendingPut, bytes]], acks: list[int]) -> int:
-    """The size of the batch record of ``encoded`` puts (with their headers
-    encoded) and ``acks``."""
-    return (
-        codec.BATCH_RECORD_SIZE
-        + sum(codec.put_record_size(p.queue.encode(), h, len(p.body)) for p, h in encoded)
-        + len(acks) * codec.ACK_RECORD_SIZE
-    )
-
-
 def _dir_bytes(path: str) -> int:
     """Bytes a directory's files occupy on disk (allocated blocks, not apparent size)."""
     total = 0
@@ -1626,6 +1417,6 @@ _OPTIONS = [f.name for f in fields(Options)]
 
 # Imported at the end for the type annotations above; the modules import Store lazily.
 from msgcask.queue import Queue  # noqa: E402
-from msgcask.transaction import Transaction, not_ackable  # noqa: E402
+from msgcask.transaction import Transaction  # noqa: E402
 
 __all__ = ["Queue", "Store", "Transaction", "open"]

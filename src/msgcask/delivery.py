@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from msgcask import puts
 from msgcask.errors import Empty, MessageTooLargeError
 from msgcask.index import keys
 from msgcask.index.keys import Live
@@ -296,12 +297,12 @@ def _dead_letter(store: Store, rt: QueueRuntime, msg_id: int, put: codec.Put, dl
         )
     else:
         try:
-            store._write_batch([PendingPut(dlq, put.body, headers, put.priority)], [msg_id])
+            puts.write_batch(store, [PendingPut(dlq, put.body, headers, put.priority)], [msg_id])
             return
         except MessageTooLargeError:
             without_them = "with them it would not fit in a data file"
     try:
-        store._write_batch([PendingPut(dlq, put.body, put.headers, put.priority)], [msg_id])
+        puts.write_batch(store, [PendingPut(dlq, put.body, put.headers, put.priority)], [msg_id])
         log.warning(
             "msgcask: message %d dead-lettered into %r without x-dead-letter-from and "
             "x-original-id: %s",

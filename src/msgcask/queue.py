@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
-from msgcask import delivery, validate
+from msgcask import delivery, puts, validate
 from msgcask.message import Message
 from msgcask.pending_put import PendingPut
 
@@ -65,7 +65,7 @@ class Queue:
         """
         b, h, p = validate.body(body), validate.headers(headers), validate.priority(priority)
         try:
-            return self._store._put(self._name, b, h, p)
+            return puts.put(self._store, self._name, b, h, p)
         except lmdb.Error as e:
             raise self._store._index_failed(e) from e
 
@@ -90,7 +90,7 @@ class Queue:
             self._store._check_open()  # nothing to write, but a closed store says so
             return []
         try:
-            return self._store._write_batch(pending, [])
+            return puts.write_batch(self._store, pending, [])
         except lmdb.Error as e:
             raise self._store._index_failed(e) from e
 

@@ -6,21 +6,14 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
-from msgcask import delivery, validate
+from msgcask import delivery, puts, validate
 from msgcask.message import Message, delivered_id
 from msgcask.pending_put import PendingPut
+from msgcask.puts import not_ackable
 from msgcask.uncopyable import Uncopyable
 
 if TYPE_CHECKING:
     from msgcask.db import Store
-
-
-def not_ackable(msg_id: int) -> str:
-    """Why an ack in a transaction is refused (at the call, or at the commit)."""
-    return (
-        f"message {msg_id} is not delivered and unacked (or is acked twice in this "
-        "transaction); only messages returned by get() can be acked, once"
-    )
 
 
 class Transaction(Uncopyable):
@@ -115,7 +108,9 @@ class Transaction(Uncopyable):
             journal = self._store._journal
             before = journal.bytes_written
             try:
-                self.ids = self._store._write_batch(self._puts, list(self._acks), self._delivered)
+                self.ids = puts.write_batch(
+                    self._store, self._puts, list(self._acks), self._delivered
+                )
             except BaseException as e:
                 self._maybe_written = journal.bytes_written != before
                 if not isinstance(e, lmdb.Error):

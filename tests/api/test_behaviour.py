@@ -365,7 +365,7 @@ class TestRedelivery:
         q = store.queue("work", max_deliveries=1)
         q.put(b"poison")
         m = q.get(block=False)
-        write_batch = store._write_batch
+        write_batch = msgcask.puts.write_batch
 
         def delete_first(*args: Any, **kwargs: Any) -> list[int]:
             done = threading.Thread(target=store.delete_queue, args=("work",))
@@ -373,7 +373,7 @@ class TestRedelivery:
             done.join()
             return write_batch(*args, **kwargs)
 
-        monkeypatch.setattr(store, "_write_batch", delete_first)
+        monkeypatch.setattr(msgcask.puts, "write_batch", delete_first)
         with pytest.raises(ValueError, match="not delivered-and-unacked on queue 'work'") as e:
             q.nack(m)
         assert not isinstance(e.value, msgcask.MessageTooLargeError)

@@ -16,7 +16,7 @@ import lmdb
 import pytest
 
 import msgcask
-from msgcask.db import _MAX_PENDING
+from msgcask.puts import MAX_PENDING
 
 
 def test_put_completes_while_another_thread_holds_the_stores_lock(store_path: Path) -> None:
@@ -90,10 +90,10 @@ def test_put_completes_while_the_stores_lock_writes_earlier_puts_to_the_index(
 def test_puts_left_for_the_index_stay_bounded(store_path: Path) -> None:
     with msgcask.open(store_path, sync_interval=3600, compaction_interval=None) as store:
         q = store.queue("q")
-        for i in range(3 * _MAX_PENDING + 7):
+        for i in range(3 * MAX_PENDING + 7):
             q.put(b"%d" % i)
-            assert len(store._pending) <= _MAX_PENDING
-        assert len(q) == 3 * _MAX_PENDING + 7
+            assert len(store._pending) <= MAX_PENDING
+        assert len(q) == 3 * MAX_PENDING + 7
 
 
 def test_a_blocked_consumer_is_woken_by_every_put(store_path: Path) -> None:
