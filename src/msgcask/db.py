@@ -800,6 +800,28 @@ class Store(Uncopyable):
         self._committed_position = position
         self._catalog.queues_changed = False
 
+    def _shrink_index_if_sparse(self, idle: bool = False) -> None:
+        """Give back the index's free pages once they dwarf the pages in use
+        (LMDB keeps its file at its high-water mark: a backlog that is gone
+        would otherwise keep its size on disk). An ``idle`` store (no journal
+        writes since the last pass) shrinks sooner: no foreground call waits."""
+        with self._lock:
+            if self._closed or self._commit_hold or time.monotonic() < self._shrink_retry_at:
+                return
+            used, total = self._env.pages()
+            ratio = _SHRINK_RATIO_IDLE if idle else _SHRINK_RATIO
+            if total - used < _SHRINK_MIN_FREE_PAGES or total < ratio * used:
+                return
+            self._commit_index(force=True)
+            try:
+                self._env.shrink()
+            except ShrinkFailed as e:
+                # Only space is lost: the committed index is intact and in use.
+                self._shrink_retry_at = time.monotonic() + _SHRINK_RETRY_AFTER
+                self._shrink_failures.failed(e)
+            else:
+                self._shrink_failures.succeeded()
+
     # -- writing -------------------------------------------------------------------
 
     def _apply_pending(self) -> None:
@@ -1157,30 +1179,6 @@ class Store(Uncopyable):
             if not include_delivered and len(chunk) < per_append:
                 return removed
 
-    # -- queue operations (called by Queue) ------------------------------------------
-
-    def _shrink_index_if_sparse(self, idle: bool = False) -> None:
-        """Give back the index's free pages once they dwarf the pages in use
-        (LMDB keeps its file at its high-water mark: a backlog that is gone
-        would otherwise keep its size on disk). An ``idle`` store (no journal
-        writes since the last pass) shrinks sooner: no foreground call waits."""
-        with self._lock:
-            if self._closed or self._commit_hold or time.monotonic() < self._shrink_retry_at:
-                return
-            used, total = self._env.pages()
-            ratio = _SHRINK_RATIO_IDLE if idle else _SHRINK_RATIO
-            if total - used < _SHRINK_MIN_FREE_PAGES or total < ratio * used:
-                return
-            self._commit_index(force=True)
-            try:
-                self._env.shrink()
-            except ShrinkFailed as e:
-                # Only space is lost: the committed index is intact and in use.
-                self._shrink_retry_at = time.monotonic() + _SHRINK_RETRY_AFTER
-                self._shrink_failures.failed(e)
-            else:
-                self._shrink_failures.succeeded()
-
     def _forget_queues(self, names: list[str]) -> None:
         """Undo the creation of queues by a call that failed before writing."""
         for name in names:
@@ -1191,6 +1189,8 @@ class Store(Uncopyable):
                 rt.cond.notify_all()
         if self._journal.sync_failure is None:  # else it cannot commit: the error that
             self._commit_index()  # stopped writes goes on instead of the refusal
+
+    # -- queue operations (called by Queue) ------------------------------------------
 
     def _len(self, name: str) -> int:
         with self._lock:
