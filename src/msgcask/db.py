@@ -78,7 +78,7 @@ from msgcask.store.filenames import (
     data_file_name,
     parse_data_file_name,
 )
-from msgcask.store.fs import TEMP_SUFFIX, DataFile, FileSystem, NoRoomForChunk
+from msgcask.store.fs import TEMP_SUFFIX, DataFile, FileSystem, NoRoomForChunk, crash_point
 from msgcask.store.lockfile import StoreLock
 from msgcask.store.recovery import (
     CorruptionReport,
@@ -1176,6 +1176,7 @@ class Store(Uncopyable):
                 self._catalog.ack(msg_id, file_id)
                 self._inflight.pop(msg_id, None)
             removed += len(chunk)
+            crash_point("remove.after_ack_append")
             if not include_delivered and len(chunk) < per_append:
                 return removed
 

@@ -22,7 +22,8 @@ a put running there as often as there are pages.
 
 ``crash_point(name)`` marks the places where a crash is most interesting
 (before and after each fsync, swap and delete of a compaction, the rename
-of a shrunk index file, and each committed step of a rebuild). A process run
+of a shrunk index file, each committed step of a rebuild, and each append of
+the ACK records of a purge or a queue's deletion). A process run
 with ``MSGCASK_CRASH_AT=name`` kills itself with SIGKILL on reaching it, so crash
 tests exercise real process death at an exact step.
 """
