@@ -418,7 +418,9 @@ class Store(Uncopyable):
             # power cut); skip a block so none of them is ever handed out again.
             self._next_id += ID_BLOCK_AFTER_CRASH
         highest_file = max(files.handles, default=0)
-        self._next_file_id = max(highest_file + 1, env.get_u64(keys.META_NEXT_FILE, 1))
+        self._next_file_id = max(
+            highest_file + 1, env.get_u64(keys.META_NEXT_FILE, 1), recovery.next_file_id
+        )
         self._bytes_put = 0
         # Sum of data-file sizes, kept up to date so space checks cost nothing.
         self._data_bytes = sum(a.size for a in self._acct.files.values() if not a.retired)

@@ -503,6 +503,36 @@ def test_a_store_whose_data_files_are_all_missing_is_rebuilt_with_a_warning(
     ]
 
 
+@pytest.mark.parametrize("removed", ["every data file", "the newest data files"])
+def test_data_files_put_back_after_a_rebuild_without_them_clash_with_no_new_file(
+    store_path: Path, tmp_path: Path, removed: str
+) -> None:
+    # The index still counts the file ids and message ids it handed out: the rebuild
+    # goes on from there, so the files moved out can be put back beside the new ones.
+    with open_store(store_path, max_file_size=64 * 1024) as store:
+        old = [m.id for m in _fill(store, 30).browse()]
+    files = sorted(store_path.glob("*.log"))
+    assert len(files) >= 3
+    moved = files if removed == "every data file" else files[-2:]
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for path in moved:
+        path.rename(aside / path.name)
+    with open_store(store_path, max_file_size=64 * 1024) as store:
+        assert store.recovery.mode == "rebuild"
+        new = store.queue("q").put(b"new")
+        assert new > max(old)
+    made = sorted(set(store_path.glob("*.log")) - (set(files) - set(moved)))
+    assert made, "the open starts a journal file"
+    assert made[0].name > files[-1].name  # past every name the index handed out
+    for path in moved:
+        (aside / path.name).rename(path)
+    with open_store(store_path, max_file_size=64 * 1024) as store:
+        assert store.recovery.mode == "rebuild"
+        assert sorted(m.id for m in store.queue("q").browse()) == [*old, new]
+        assert store.verify() == []
+
+
 def test_every_missing_data_file_is_named_and_counted(store_path: Path) -> None:
     # Two files removed by hand: the reason names both and counts what both held.
     with open_store(store_path, max_file_size=64 * 1024) as store:

@@ -240,6 +240,8 @@ class Recovery:
         self.report = RecoveryReport()
         self.report.corruptions += files.torn
         self.max_msg_id = 0
+        # The first data file id not handed out (1: none the files tell of).
+        self.next_file_id = 1
         self._lost_files = False  # the index accounts for data files not on disk
         # Each compacted file's MANIFEST, once read: an open that gives up replaying
         # reads them again to rebuild, and a damaged one is reported once.
@@ -323,8 +325,10 @@ class Recovery:
         missing = [a for f, a in sorted(acct.files.items()) if f not in on_disk]
         if missing:
             self._lost_files = True
-            # Their ids are handed out no more, even if no file left records them.
+            # Their ids, and their file ids, are handed out no more, even if no
+            # file left records them: files moved out and put back clash with none.
             self.max_msg_id = env.get_u64(keys.META_NEXT_ID, default=1) - 1
+            self.next_file_id = env.get_u64(keys.META_NEXT_FILE, default=1)
             raise NeedsRebuild(_missing(missing))
         for file_id, account in acct.files.items():
             if on_disk[file_id].size < account.size:
