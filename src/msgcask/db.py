@@ -1293,6 +1293,7 @@ class Store(Uncopyable):
             if self._closed or self._scheduler.paused:
                 return
             report = self._compactor.run(background=True)
+            self._scheduler.pass_succeeded()
             if not (report.files_rewritten or report.files_deleted) or not self._compactor.behind():
                 return
 

@@ -367,6 +367,31 @@ def test_a_failure_that_comes_back_after_a_pass_succeeded_is_logged_again(
     assert len(logged) == 2
 
 
+def test_a_failure_after_a_pass_that_succeeded_in_the_same_run_is_logged_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One background run chains passes while compaction is behind: a pass that
+    # succeeds within it ends the failure, as a run that succeeds would.
+    with _open(tmp_path / "store", interval=None) as store:
+        real = store._compactor.run
+        calls = []
+
+        def fail_succeed_fail(**kwargs: Any) -> msgcask.CompactionReport:
+            calls.append(kwargs)
+            if len(calls) in (1, 3):
+                raise msgcask.Error("no room for the copy")
+            return real(**kwargs)
+
+        monkeypatch.setattr(store._compactor, "run", fail_succeed_fail)
+        monkeypatch.setattr(store._compactor, "behind", lambda: True)
+        _make_sparse_files(store)
+        store._scheduler._run()  # fails
+        store._scheduler._run()  # a pass that rewrites, then a failing one
+        assert len(calls) == 3
+    logged = [r for r in caplog.records if "background compaction pass failed" in r.message]
+    assert len(logged) == 2
+
+
 def test_a_background_pass_that_meets_a_raw_index_error_stops_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

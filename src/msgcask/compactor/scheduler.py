@@ -82,11 +82,12 @@ class CompactionScheduler:
             self.halt()  # logged where it was met; every later pass would fail too
         except Error as e:
             self._failures.failed(e)
-            return
         except Exception as e:  # noqa: BLE001 - logged with its traceback
-            # Not succeeded(): a bug failing every pass alike would log a traceback per pass.
             self._failures.failed(e, traceback=True)
-            return
+
+    def pass_succeeded(self) -> None:
+        """A background pass ended well: a failure after it, even the one logged
+        last, is news (one run may chain passes, see Store._compact_in_background)."""
         self._failures.succeeded()
 
     def run_soon(self) -> None:
