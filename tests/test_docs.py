@@ -32,7 +32,8 @@ table and docs/pipeline.md's synopses write name the arguments, in order, and th
 options' values as ``--help`` does (``STORE``, not ``PATH``), and pipeline.md's
 ``<!-- commandoptions -->`` table gives every pipeline option with its commands and
 the default and choices its ``--help`` states. bench/README.md names every directory of ``bench/results``, and
-docs/benchmarks.md's method gives the span of dates of its results.
+docs/benchmarks.md's method gives the span of dates of its results; every field of a
+result's runs it names (``space.samples_over_bound``) is in the result's schema.
 
 Every ``python`` code block of README.md and docs/*.md runs as written (with its
 ``/tmp/...`` paths moved into a temporary directory), except the ones that start
@@ -1055,6 +1056,39 @@ def test_the_benchmarks_method_spans_every_dated_result() -> None:
     dates = set(re.findall(r"^## Results: (\d{4}-\d\d-\d\d)", text, re.M))
     assert dates, "docs/benchmarks.md: no '## Results: DATE' sections"
     assert (match[1], match[2]) == (min(dates), max(dates)), (match[0], sorted(dates))
+
+
+# The keys of a run in a workload result that docs/benchmarks.md names fields under.
+RESULT_RUN_KEYS = ("space", "phases", "reopen", "throughput", "latency", "counts")
+
+
+def test_the_result_fields_benchmarks_md_names_are_in_the_schema() -> None:
+    """``space.samples_over_bound``, ``reopen.crash.messages`` and the like name a run's
+    fields in the JSON result: each must be in result.schema.json. A ``.name`` right
+    after such a path (``.round_bytes`` after ``phases.priority_pin.high_messages_per_round``)
+    is a sibling of its last field."""
+    from msgcask.workloads.result import load_schema
+
+    schema = load_schema()
+    run = schema["$defs"]["run"]
+    text = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    keys = "|".join(RESULT_RUN_KEYS)
+    named = re.findall(rf"`((?:{keys})(?:\.\w+)+)`((?:,\s*`\.\w+`)*)", text)
+    assert named, "docs/benchmarks.md names no field of a result's runs"
+    paths = []
+    for path, siblings in named:
+        parts = path.split(".")
+        paths.append(parts)
+        paths += [[*parts[:-1], s] for s in re.findall(r"`\.(\w+)`", siblings)]
+    for parts in paths:
+        node = run
+        for i, part in enumerate(parts):
+            while "$ref" in node:
+                node = schema["$defs"][node["$ref"].rsplit("/", 1)[1]]
+            props = node.get("properties", {})
+            where = ".".join(parts[:i]) or "a run"
+            assert part in props, f"benchmarks.md names {'.'.join(parts)}: no {part} in {where}"
+            node = props[part]
 
 
 # What a doc writes ``store.``, ``Store.`` or ``stats().`` before: the class whose
