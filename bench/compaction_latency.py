@@ -575,7 +575,15 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     switch_interval = take_option(args, "--switch-interval")
     if switch_interval is not None:
-        sys.setswitchinterval(float(switch_interval))
+        try:
+            seconds = float(switch_interval)
+        except ValueError:
+            seconds = float("nan")
+        if not 0 < seconds < float("inf"):
+            raise SystemExit(
+                f"--switch-interval takes seconds above 0, got {switch_interval!r}; see --help"
+            )
+        sys.setswitchinterval(seconds)
         print(f"switch interval {sys.getswitchinterval()} s")
     if "--one-cpu" in args and "--pin" in args:
         raise SystemExit("--one-cpu and --pin contradict each other: give one of them")
@@ -613,8 +621,11 @@ if __name__ == "__main__":
             "--stand-in replaces the passes of the interleaved measurement only: "
             "give --only interleaved too"
         )
-    if args and not args[0].isdigit():
-        raise SystemExit(f"repeats is a whole number, got {args[0]!r}; see --help")
+    if len(args) > 1 or (args and not (args[0].isdigit() and int(args[0]) > 0)):
+        raise SystemExit(
+            "expected at most one number of repeats (a whole number above 0) besides the "
+            f"options, got {' '.join(map(repr, args))}; see --help"
+        )
     busy: list[subprocess.Popen[bytes]] = []
     try:  # the busy processes start last, so no refused option leaves them running
         for _ in range(int(busy_count)):
