@@ -113,9 +113,9 @@ def run_one(cfg: RunConfig, name: str, compaction: bool, base: str) -> dict[str,
     settle = 0.0
     if name == MSGCASK and compaction and opened:
         # The schedule may be a pass or two behind when the workload stops; "final" is
-        # after it had three more turns, "end" is the moment the workload stopped. A
+        # after three more passes ended, "end" is the moment the workload stopped. A
         # store settles in the second pass that starts after the writes stop (the
-        # first still sees them), which two turns did not always let finish.
+        # first still sees them, and may be running already).
         settle = ctx.wait_for_compaction(3)
     sampler.stop()
     if bar is not None:
